@@ -1,0 +1,91 @@
+# slabkit — plain make.  Entry points: make (build), make test, make bench,
+# make install.  SANITIZE=1 builds everything with ASan+UBSan into build-san/.
+#
+# Pieces own their own fragments (*.mk), included below, so adding a tool or a
+# workload never edits this file.
+
+CC       ?= gcc
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+PYTHON   ?= python3
+
+ifeq ($(SANITIZE),1)
+BUILD    ?= build-san
+OPT      := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDSAN    := -fsanitize=address,undefined
+else
+BUILD    ?= build
+OPT      := -O2
+LDSAN    :=
+endif
+
+CFLAGS   ?= -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Wno-unused-parameter \
+            -fPIC -pthread -fvisibility=hidden -ftls-model=initial-exec \
+            -fno-strict-aliasing -Iinclude
+LDFLAGS  += -pthread $(LDSAN)
+LDLIBS   += -ldl -lm
+
+LIB_SRC   := $(sort $(shell find src -name '*.c' -not -path 'src/imas/*'))
+CORE_SRC  := $(filter-out src/malloc/%,$(LIB_SRC))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+HEADERS   := $(shell find include src -name '*.h')
+
+TEST_SRC  := $(sort $(wildcard tests/unit/*.c tests/stress/*.c tests/integration/*.c))
+TEST_BIN  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+.PHONY: all lib tests benches test bench install clean
+all: lib tests benches
+
+lib: $(BUILD)/libslabkit.so $(BUILD)/libslabkit.a $(BUILD)/libslabkit_core.a
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libslabkit.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) -Wl,-z,nodelete
+
+$(BUILD)/libslabkit.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# The core without the malloc overrides: unit tests link it and keep glibc's malloc.
+$(BUILD)/libslabkit_core.a: $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+tests: $(TEST_BIN)
+# Unit and stress tests link the core (kmem, pages) and keep the system malloc;
+# integration tests are plain programs that run under LD_PRELOAD or link the .so.
+$(BUILD)/tests/unit/% $(BUILD)/tests/stress/%: tests/*/%.c tests/test.h $(BUILD)/libslabkit_core.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
+$(BUILD)/tests/integration/%: tests/integration/%.c tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
+
+benches: $(BENCH_BIN)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libslabkit_core.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
+
+-include $(sort $(wildcard src/*/*.mk tools/*.mk bench/*.mk tests/*.mk))
+
+test: all
+	$(PYTHON) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize)
+
+bench: all
+	$(PYTHON) bench/run_default.py --build $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include/slabkit $(DESTDIR)$(PREFIX)/lib
+	install -m 644 include/slabkit/*.h $(DESTDIR)$(PREFIX)/include/slabkit/
+	install -m 755 $(BUILD)/libslabkit.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(BUILD)/libslabkit.a $(DESTDIR)$(PREFIX)/lib/
+
+clean:
+	rm -rf build build-san

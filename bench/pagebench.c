@@ -1,0 +1,292 @@
+/* pagebench.c — lazy buddy vs lazy iBuddy on three workloads, 1 and 2 threads:
+ *   hot    single-page alloc+free pairs (the lazy list serves both)
+ *   burst  4096 single pages allocated, then freed in shuffled order (the lazy
+ *          list overflows: the buddy splits and coalesces, the iBuddy pops
+ *          and pushes frames)
+ *   mixed  a window of 1024 live blocks, ~70% single pages, the rest orders
+ *          1-3, each step frees a random one and allocates a new one
+ * The back end is chosen once per process (SLABKIT_PAGES), so each run is a
+ * child (this program re-executed with --child), runs are interleaved
+ * (buddy, ibuddy, ibuddy, buddy, ...) and repeated; we report the median
+ * ns per operation (an alloc or a free; with 2 threads, wall time over one
+ * thread's operations) with the spread, and the ratio buddy/ibuddy beside
+ * the goals.  Pages are not touched: this measures the allocators, not the
+ * page faults.  Timings are printed, never asserted.
+ *
+ * Usage: pagebench [--json] [--full] [--reps N] */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include "page/page.h"
+#include "slabkit/slabkit.h"
+
+enum { WL_HOT, WL_BURST, WL_MIXED, WL_COUNT };
+static const char *const wl_names[WL_COUNT] = { "hot", "burst", "mixed" };
+/* Goals from the issue: ratio buddy/ibuddy at least this. */
+static const double wl_goal[WL_COUNT] = { 1.0, 1.5, 0.9 };
+
+static int full;
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1Dull;
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+/* ---- the workloads (one thread's share); return operations done ---- */
+
+static uint64_t run_hot(uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        void *p = kmem_pages_alloc(0, KM_NOSLEEP);
+        __asm__ volatile("" : : "r"(p) : "memory");
+        kmem_pages_free(p, 0);
+    }
+    return 2 * n;
+}
+
+#define BURST 4096
+static uint64_t run_burst(uint64_t rounds, uint64_t seed)
+{
+    static __thread void *v[BURST];
+    static __thread unsigned perm[BURST];
+    for (unsigned i = 0; i < BURST; i++)
+        perm[i] = i;
+    for (unsigned i = BURST - 1; i > 0; i--) {
+        unsigned j = (unsigned)(rnd(&seed) % (i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (uint64_t r = 0; r < rounds; r++) {
+        for (unsigned i = 0; i < BURST; i++)
+            v[i] = kmem_pages_alloc(0, KM_NOSLEEP);
+        for (unsigned i = 0; i < BURST; i++)
+            kmem_pages_free(v[perm[i]], 0);
+    }
+    return rounds * BURST * 2;
+}
+
+#define WINDOW 1024
+static uint64_t run_mixed(uint64_t steps, uint64_t seed)
+{
+    static __thread void *v[WINDOW];
+    static __thread unsigned char ord[WINDOW];
+    static __thread unsigned char plan[1 << 16];
+    static __thread unsigned short slot[1 << 16];
+    for (unsigned i = 0; i < (1u << 16); i++) {
+        uint64_t r = rnd(&seed);
+        plan[i] = r % 10 < 7 ? 0 : (unsigned char)(1 + (r >> 8) % 3);
+        slot[i] = (unsigned short)((r >> 20) % WINDOW);
+    }
+    uint64_t ops = 0;
+    for (unsigned i = 0; i < WINDOW; i++) {
+        ord[i] = plan[i];
+        v[i] = kmem_pages_alloc(ord[i], KM_NOSLEEP);
+    }
+    for (uint64_t s = 0; s < steps; s++) {
+        unsigned k = s & 0xffff, i = slot[k];
+        kmem_pages_free(v[i], ord[i]);
+        ord[i] = plan[k ^ 0x5555];
+        v[i] = kmem_pages_alloc(ord[i], KM_NOSLEEP);
+        ops += 2;
+    }
+    for (unsigned i = 0; i < WINDOW; i++)
+        kmem_pages_free(v[i], ord[i]);
+    return ops;
+}
+
+static uint64_t workload_size(int wl)
+{
+    uint64_t k = full ? 4 : 1;
+    switch (wl) {
+    case WL_HOT: return k * 3000000;      /* pairs */
+    case WL_BURST: return k * 150;        /* rounds of 4096 */
+    default: return k * 1000000;          /* steps */
+    }
+}
+
+static uint64_t run_workload(int wl, uint64_t n, uint64_t seed)
+{
+    switch (wl) {
+    case WL_HOT: return run_hot(n);
+    case WL_BURST: return run_burst(n, seed);
+    default: return run_mixed(n, seed);
+    }
+}
+
+struct child_arg { int wl, id; pthread_barrier_t *bar; double t0, t1; uint64_t ops; };
+
+static void *child_thread(void *a)
+{
+    struct child_arg *c = a;
+    uint64_t n = workload_size(c->wl);
+    run_workload(c->wl, n / 10 + 1, 7 + c->id);     /* warm-up: regions, descriptors */
+    pthread_barrier_wait(c->bar);
+    c->t0 = now_ns();
+    c->ops = run_workload(c->wl, n, 1234 + c->id);
+    c->t1 = now_ns();
+    return NULL;
+}
+
+/* In the child: run the workload on `threads` threads, print ns/op. */
+static int child_main(int wl, int threads)
+{
+    pthread_t th[8];
+    struct child_arg args[8];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)threads);
+    for (int i = 0; i < threads; i++) {
+        args[i] = (struct child_arg){ .wl = wl, .id = i, .bar = &bar };
+        pthread_create(&th[i], NULL, child_thread, &args[i]);
+    }
+    double t0 = 1e300, t1 = 0;
+    uint64_t ops = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(th[i], NULL);
+        if (args[i].t0 < t0) t0 = args[i].t0;
+        if (args[i].t1 > t1) t1 = args[i].t1;
+        ops += args[i].ops;
+    }
+    struct slabkit_page_stats s;
+    slabkit_page_stats(&s);
+    printf("%.3f %llu %llu\n", (t1 - t0) / (double)(ops / (uint64_t)threads),
+           (unsigned long long)s.splits, (unsigned long long)s.merges);
+    return 0;
+}
+
+/* ---- the parent: interleaved runs in children ---- */
+
+static double run_child(const char *self, const char *pages, int wl, int threads)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 1);
+        setenv("SLABKIT_PAGES", pages, 1);
+        char a1[8], a2[8];
+        snprintf(a1, sizeof a1, "%d", wl);
+        snprintf(a2, sizeof a2, "%d", threads);
+        execl(self, self, "--child", a1, a2, full ? "--full" : NULL, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[256] = {0};
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(fds[0], buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)n;
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    double v;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || sscanf(buf, "%lf", &v) != 1)
+        return -1;
+    return v;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    double t[64];
+    memcpy(t, v, (size_t)n * sizeof *v);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+static double vmin(const double *v, int n) { double m = v[0]; for (int i = 1; i < n; i++) if (v[i] < m) m = v[i]; return m; }
+static double vmax(const double *v, int n) { double m = v[0]; for (int i = 1; i < n; i++) if (v[i] > m) m = v[i]; return m; }
+
+int main(int argc, char **argv)
+{
+    int json = 0, reps = 5;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--full") == 0) full = 1;
+    }
+    if (argc >= 4 && strcmp(argv[1], "--child") == 0)
+        return child_main(atoi(argv[2]), atoi(argv[3]));
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--full") == 0) reps = 11;
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: pagebench [--json] [--full] [--reps N]\n");
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    if (reps > 64) reps = 64;
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "pagebench: cannot find /proc/self/exe\n");
+        return 1;
+    }
+    self[n] = '\0';
+
+    static const int thread_counts[2] = { 1, 2 };
+    static const char *const pages[2] = { "buddy", "ibuddy" };
+    double res[WL_COUNT][2][2][64];       /* [workload][threads][allocator][rep] */
+    for (int r = 0; r < reps; r++)
+        for (int wl = 0; wl < WL_COUNT; wl++)
+            for (int t = 0; t < 2; t++)
+                for (int k = 0; k < 2; k++) {
+                    int a = (r + wl + t + k) & 1;     /* alternate which goes first */
+                    double v = run_child(self, pages[a], wl, thread_counts[t]);
+                    if (v < 0) {
+                        fprintf(stderr, "pagebench: a %s run failed\n", pages[a]);
+                        return 1;
+                    }
+                    res[wl][t][a][r] = v;
+                }
+
+    if (json) {
+        printf("{\"benchmark\": \"pagebench\", \"reps\": %d, \"unit\": \"ns/op\", \"results\": [", reps);
+        for (int wl = 0; wl < WL_COUNT; wl++)
+            for (int t = 0; t < 2; t++) {
+                double b = median(res[wl][t][0], reps), ib = median(res[wl][t][1], reps);
+                printf("%s\n  {\"workload\": \"%s\", \"threads\": %d, ", wl || t ? "," : "", wl_names[wl], thread_counts[t]);
+                for (int a = 0; a < 2; a++) {
+                    printf("\"%s\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f, \"runs\": [", pages[a],
+                           median(res[wl][t][a], reps), vmin(res[wl][t][a], reps), vmax(res[wl][t][a], reps));
+                    for (int r = 0; r < reps; r++)
+                        printf("%s%.3f", r ? ", " : "", res[wl][t][a][r]);
+                    printf("]}, ");
+                }
+                printf("\"ratio_buddy_over_ibuddy\": %.3f, \"goal\": %.2f, \"goal_met\": %s}",
+                       b / ib, wl_goal[wl], b / ib >= wl_goal[wl] ? "true" : "false");
+            }
+        printf("\n]}\n");
+        return 0;
+    }
+    printf("pagebench: ns per operation (alloc or free), median of %d interleaved runs [min-max]\n", reps);
+    printf("%-7s %3s  %-24s %-24s %8s %7s\n", "work", "thr", "lazy buddy", "lazy iBuddy", "b/ib", "goal");
+    for (int wl = 0; wl < WL_COUNT; wl++)
+        for (int t = 0; t < 2; t++) {
+            double b = median(res[wl][t][0], reps), ib = median(res[wl][t][1], reps);
+            char cb[64], ci[64];
+            snprintf(cb, sizeof cb, "%7.2f [%.2f-%.2f]", b, vmin(res[wl][t][0], reps), vmax(res[wl][t][0], reps));
+            snprintf(ci, sizeof ci, "%7.2f [%.2f-%.2f]", ib, vmin(res[wl][t][1], reps), vmax(res[wl][t][1], reps));
+            printf("%-7s %3d  %-24s %-24s %7.2fx %s%.1fx %s\n", wl_names[wl], thread_counts[t], cb, ci, b / ib,
+                   ">=", wl_goal[wl], b / ib >= wl_goal[wl] ? "met" : "NOT met");
+        }
+    return 0;
+}

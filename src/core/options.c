@@ -1,0 +1,98 @@
+/* options.c — one table of environment options; see options.h. */
+#include <stdlib.h>
+#include <string.h>
+#include "options.h"
+#include "report.h"
+
+/* Defaults: chosen from the design comparison and the malloc benchmark
+ * (docs/benchmarks.md); the README says why. */
+struct sk_options sk_opt = {
+    .design = DESIGN_SLUB,
+    .pages = PAGES_IBUDDY,
+    .debug = 0,
+    .stats = NULL,
+    .return_mode = RETURN_DONTNEED,
+    .return_delay_ms = 1000,
+};
+
+static const char *const design_names[DESIGN_COUNT] = { "slab", "slub", "slob", "slqb" };
+static const char *const pages_names[PAGES_COUNT] = { "buddy", "ibuddy" };
+static const char *const return_names[] = { "dontneed", "free", "off" };
+static const char *const debug_names[] = { "audit", "poison", "redzone", "leaks", "guard" };
+
+const char *design_name(enum sk_design d) { return d < DESIGN_COUNT ? design_names[d] : "?"; }
+const char *pages_name(enum sk_pages p) { return p < PAGES_COUNT ? pages_names[p] : "?"; }
+
+/* Index of value in names, or -1 after a warning listing the valid ones. */
+static int pick(const char *var, const char *value, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
+    char valid[128];
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += sk_format(valid + len, sizeof valid - len, "%s%s", i ? ", " : "", names[i]);
+    sk_warn("%s=%s is not understood (valid: %s); using the default", var, value, valid);
+    return -1;
+}
+
+static unsigned parse_debug(const char *value)
+{
+    unsigned bits = 0;
+    const char *p = value;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char word[32];
+        if (n >= sizeof word) n = sizeof word - 1;
+        memcpy(word, p, n);
+        word[n] = '\0';
+        if (n == 0) {
+            /* empty item (",," or trailing comma): nothing to turn on */
+        } else if (strcmp(word, "all") == 0) {
+            bits |= DEBUG_ALL;
+        } else {
+            int i = pick("SLABKIT_DEBUG", word, debug_names, (int)ARRAY_SIZE(debug_names));
+            if (i < 0)
+                sk_warn("SLABKIT_DEBUG: 'all' is valid too");
+            else
+                bits |= 1u << i;
+        }
+        p += n;
+        if (*p == ',') p++;
+    }
+    return bits;
+}
+
+void options_init(void)
+{
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    const char *v;
+    int i;
+    if ((v = getenv("SLABKIT_DESIGN")) && *v &&
+        (i = pick("SLABKIT_DESIGN", v, design_names, DESIGN_COUNT)) >= 0)
+        sk_opt.design = (enum sk_design)i;
+    if ((v = getenv("SLABKIT_PAGES")) && *v &&
+        (i = pick("SLABKIT_PAGES", v, pages_names, PAGES_COUNT)) >= 0)
+        sk_opt.pages = (enum sk_pages)i;
+    if ((v = getenv("SLABKIT_DEBUG")) && *v)
+        sk_opt.debug = parse_debug(v);
+    if ((v = getenv("SLABKIT_STATS")) && *v && strcmp(v, "0") != 0)
+        sk_opt.stats = v;
+    if ((v = getenv("SLABKIT_RETURN")) && *v &&
+        (i = pick("SLABKIT_RETURN", v, return_names, (int)ARRAY_SIZE(return_names))) >= 0)
+        sk_opt.return_mode = (enum sk_return)i;
+    if ((v = getenv("SLABKIT_RETURN_DELAY_MS")) && *v) {
+        char *end;
+        unsigned long ms = strtoul(v, &end, 10);
+        if (*end || ms > 3600000)
+            sk_warn("SLABKIT_RETURN_DELAY_MS=%s is not understood (valid: 0..3600000 milliseconds); using %u",
+                    v, sk_opt.return_delay_ms);
+        else
+            sk_opt.return_delay_ms = (unsigned)ms;
+    }
+}

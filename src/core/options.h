@@ -1,0 +1,38 @@
+/* options.h — the environment, read once at start-up (options_init), kept in
+ * one table.  A value that is not understood gets a one-line warning naming the
+ * bad value and the valid ones, and the default is used. */
+#ifndef SK_OPTIONS_H
+#define SK_OPTIONS_H
+
+#include "common.h"
+
+enum sk_design { DESIGN_SLAB, DESIGN_SLUB, DESIGN_SLOB, DESIGN_SLQB, DESIGN_COUNT };
+enum sk_pages  { PAGES_BUDDY, PAGES_IBUDDY, PAGES_COUNT };
+
+/* SLABKIT_DEBUG features (bit set). */
+#define DEBUG_AUDIT   (1u << 0)
+#define DEBUG_POISON  (1u << 1)
+#define DEBUG_REDZONE (1u << 2)
+#define DEBUG_LEAKS   (1u << 3)
+#define DEBUG_GUARD   (1u << 4)
+#define DEBUG_ALL     (DEBUG_AUDIT | DEBUG_POISON | DEBUG_REDZONE | DEBUG_LEAKS | DEBUG_GUARD)
+
+/* How free pages go back to the OS (SLABKIT_RETURN). */
+enum sk_return { RETURN_DONTNEED, RETURN_FREE, RETURN_OFF };
+
+struct sk_options {
+    enum sk_design design;      /* SLABKIT_DESIGN */
+    enum sk_pages  pages;       /* SLABKIT_PAGES */
+    unsigned       debug;       /* SLABKIT_DEBUG */
+    const char    *stats;       /* SLABKIT_STATS: NULL off, "1" stderr, else a path */
+    enum sk_return return_mode; /* SLABKIT_RETURN: dontneed (default), free, off */
+    unsigned       return_delay_ms; /* SLABKIT_RETURN_DELAY_MS: how long free memory stays before it is returned */
+};
+
+extern struct sk_options sk_opt;
+
+void options_init(void);        /* idempotent; safe before libc's malloc is usable */
+const char *design_name(enum sk_design d);
+const char *pages_name(enum sk_pages p);
+
+#endif

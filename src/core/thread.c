@@ -1,0 +1,178 @@
+/* thread.c — per-thread state: creation on first use, hand-back at thread
+ * exit, the list of all threads, fork.  See thread.h. */
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include "thread.h"
+#include "report.h"
+#include "../page/page.h"
+
+__thread struct sk_thread *sk_self __attribute__((tls_model("initial-exec")));
+struct sk_lock thread_list_lock = SK_LOCK_INIT;
+struct sk_thread *thread_list;
+
+/* The state of a thread whose key destructor has run: no caches, so every
+ * allocation takes the shared path.  Shared by all exiting threads, never
+ * written after start-up. */
+static struct sk_thread thread_exited = { .state = THREAD_EXITED };
+
+static struct sk_lock pool_lock = SK_LOCK_INIT;
+static struct sk_thread *pool;          /* released structs, linked by next */
+static pthread_key_t exit_key;
+static int key_state;                   /* 0 none, 1 creating, 2 ready */
+
+static void thread_detach(void *arg);
+
+static struct sk_thread *pool_get(void)
+{
+    lock_acquire(&pool_lock);
+    if (!pool) {
+        /* Carve a block of pages into structs; they are never unmapped. */
+        char *block = page_alloc(2, 1 /* KM_NOSLEEP */);
+        if (!block) {
+            lock_release(&pool_lock);
+            return NULL;
+        }
+        page_desc_of(block)->kind = PAGE_INTERNAL;
+        size_t n = (PAGE_SIZE << 2) / sizeof(struct sk_thread);
+        for (size_t i = 0; i < n; i++) {
+            struct sk_thread *t = (struct sk_thread *)block + i;
+            t->next = pool;
+            pool = t;
+        }
+    }
+    struct sk_thread *t = pool;
+    pool = t->next;
+    lock_release(&pool_lock);
+    memset(t, 0, sizeof *t);
+    return t;
+}
+
+static void pool_put(struct sk_thread *t)
+{
+    lock_acquire(&pool_lock);
+    t->next = pool;
+    pool = t;
+    lock_release(&pool_lock);
+}
+
+static void ensure_key(void)
+{
+    if (__atomic_load_n(&key_state, __ATOMIC_ACQUIRE) == 2)
+        return;
+    int expected = 0;
+    if (__atomic_compare_exchange_n(&key_state, &expected, 1, false,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (pthread_key_create(&exit_key, thread_detach) != 0)
+            sk_warn("pthread_key_create failed: per-thread caches of exiting threads will not be returned");
+        __atomic_store_n(&key_state, 2, __ATOMIC_RELEASE);
+    } else {
+        while (__atomic_load_n(&key_state, __ATOMIC_ACQUIRE) != 2)
+            sched_yield();
+    }
+}
+
+struct sk_thread *thread_attach(void)
+{
+    /* Until the struct exists, allocations made while creating it (there
+     * should be none) take the shared path rather than recursing. */
+    sk_self = &thread_exited;
+    struct sk_thread *t = pool_get();
+    if (!t)
+        return &thread_exited;
+    t->state = THREAD_LIVE;
+    t->tid = (uint32_t)syscall(SYS_gettid);
+    t->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)t->tid << 32) ^ (uintptr_t)t;
+    lock_acquire(&thread_list_lock);
+    t->next = thread_list;
+    t->prev = NULL;
+    if (thread_list)
+        thread_list->prev = t;
+    thread_list = t;
+    lock_release(&thread_list_lock);
+    ensure_key();
+    sk_self = t;
+    if (key_state == 2)
+        pthread_setspecific(exit_key, t);
+    return t;
+}
+
+void **thread_cpu_slot(struct sk_thread *t, unsigned id)
+{
+    if (unlikely(t->state != THREAD_LIVE))
+        return NULL;
+    if (id < THREAD_CPU_INLINE)
+        return &t->cpu[id];
+    unsigned idx = id - THREAD_CPU_INLINE;
+    if (idx >= t->cpu_more_len) {
+        /* Grow to cover idx; slots are a page-multiple array from the page layer. */
+        size_t want = ALIGN_UP((idx + 1) * sizeof(void *), PAGE_SIZE);
+        size_t pages = want >> PAGE_SHIFT;
+        void **more = page_alloc_exact(pages, 1 /* KM_NOSLEEP */);
+        if (!more)
+            return NULL;
+        page_desc_of(more)->kind = PAGE_INTERNAL;
+        memset(more, 0, want);
+        if (t->cpu_more) {
+            memcpy(more, t->cpu_more, t->cpu_more_len * sizeof(void *));
+            size_t old = ALIGN_UP(t->cpu_more_len * sizeof(void *), PAGE_SIZE) >> PAGE_SHIFT;
+            page_desc_of(t->cpu_more)->kind = PAGE_USED;
+            page_free_exact(t->cpu_more, old);
+        }
+        t->cpu_more = more;
+        t->cpu_more_len = (unsigned)(want / sizeof(void *));
+    }
+    return &t->cpu_more[idx];
+}
+
+/* Hand everything t caches back to the shared layers and release t. */
+static void thread_release(struct sk_thread *t)
+{
+    cache_thread_exit(t);
+    page_thread_exit(t);
+    if (t->cpu_more) {
+        page_desc_of(t->cpu_more)->kind = PAGE_USED;
+        page_free_exact(t->cpu_more, ALIGN_UP(t->cpu_more_len * sizeof(void *), PAGE_SIZE) >> PAGE_SHIFT);
+    }
+    lock_acquire(&thread_list_lock);
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        thread_list = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    lock_release(&thread_list_lock);
+    pool_put(t);
+}
+
+static void thread_detach(void *arg)
+{
+    struct sk_thread *t = arg;
+    if (!t || t == &thread_exited)
+        return;
+    /* From here on this thread allocates through the shared paths only. */
+    sk_self = &thread_exited;
+    t->state = THREAD_EXITED;
+    thread_release(t);
+}
+
+void thread_fork_prepare(void) { lock_acquire(&thread_list_lock); lock_acquire(&pool_lock); }
+void thread_fork_parent(void)  { lock_release(&pool_lock); lock_release(&thread_list_lock); }
+
+void thread_fork_child(void)
+{
+    lock_reset(&pool_lock);
+    lock_reset(&thread_list_lock);
+    /* Only the forking thread exists in the child: the others' caches would
+     * be held hostage forever, so give them back now. */
+    struct sk_thread *self = sk_self, *t = thread_list;
+    while (t) {
+        struct sk_thread *next = t->next;
+        if (t != self) {
+            t->state = THREAD_EXITED;
+            thread_release(t);
+        }
+        t = next;
+    }
+}

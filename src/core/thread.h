@@ -1,0 +1,80 @@
+/* thread.h — per-thread state: the user-space stand-in for the kernel's per-CPU
+ * data.  A thread is never preempted by itself, so what hangs off its own
+ * struct sk_thread needs no lock.  One initial-exec TLS pointer (sk_self) is
+ * the whole static-TLS footprint, so the library also works when dlopen()ed.
+ *
+ * Life cycle: created on a thread's first allocation (thread_self slow path);
+ * at thread exit a pthread key destructor hands everything cached back to the
+ * shared layers (cache_thread_exit, page_thread_exit) and points sk_self at a
+ * static "exited" state with no caches: destructors that run later still
+ * allocate and free, through the shared (locked) paths, and never recreate a
+ * cache that would leak.  The struct goes back to a pool and is reused.
+ *
+ * Locking: thread_list_lock protects the list of all threads (walked by
+ * kmem_cache_destroy, kmem_reap, statistics and the fork child). */
+#ifndef SK_THREAD_H
+#define SK_THREAD_H
+
+#include "common.h"
+#include "lock.h"
+
+struct page_desc;
+
+#define THREAD_CPU_INLINE 64     /* per-cache slots held inline: the generic caches fit */
+
+enum thread_state { THREAD_LIVE, THREAD_EXITED };
+
+struct sk_thread {
+    /* Object layer: this thread's per-cache state (magazines, cpu slab, LIFO
+     * queue...), indexed by kmem_cache.id; NULL until the design creates it. */
+    void *cpu[THREAD_CPU_INLINE];
+    void **cpu_more;             /* slots for ids >= THREAD_CPU_INLINE */
+    unsigned cpu_more_len;
+
+    /* Page layer: the lazy list of single free pages (linked through
+     * page_desc.free.next) and this thread's home buddy space. */
+    struct page_desc *pcp_head;
+    unsigned pcp_count;
+    unsigned space;              /* 1 + home iBuddy space; 0 until first use */
+    uint64_t pcp_allocs, pcp_frees;  /* order-0 operations served by the lazy list (statistics, no atomics) */
+
+    enum thread_state state;
+    uint32_t tid;                /* kernel thread id, for audit records */
+    uint64_t rng;                /* per-thread xorshift state (colouring, sampling) */
+    uint32_t in_debug;           /* debug layer re-entered (stack capture may allocate) */
+    struct sk_thread *next, *prev;  /* all live threads, under thread_list_lock */
+};
+
+extern __thread struct sk_thread *sk_self __attribute__((tls_model("initial-exec")));
+extern struct sk_lock thread_list_lock;
+extern struct sk_thread *thread_list;  /* head of all live threads */
+
+struct sk_thread *thread_attach(void);
+
+SK_INLINE struct sk_thread *thread_self(void)
+{
+    struct sk_thread *t = sk_self;
+    if (likely(t != NULL))
+        return t;
+    return thread_attach();
+}
+
+/* Slot for per-cache state of cache id `id` in thread t (grows cpu_more on
+ * demand); NULL if t has exited (callers then use the shared path). */
+void **thread_cpu_slot(struct sk_thread *t, unsigned id);
+
+/* Implemented by the layers: give back what t caches. Called at thread exit
+ * and, in a fork child, for every thread that did not survive the fork. */
+void cache_thread_exit(struct sk_thread *t);
+void page_thread_exit(struct sk_thread *t);
+
+/* Fork: the prepare/parent hooks lock/unlock thread_list_lock; the child hook
+ * reclaims the caches of every thread that did not survive the fork. */
+void thread_fork_prepare(void);
+void thread_fork_parent(void);
+void thread_fork_child(void);
+
+/* fork.c: registers the pthread_atfork handlers (called by cache_init). */
+void fork_hooks_install(void);
+
+#endif

@@ -1,0 +1,190 @@
+/* hooks.c — the exported malloc family of libimas.so.
+ *
+ * Fast path (selector mode, not probing): one acquire load of imas_state, one
+ * branch on imas_probing, one indirect call — a few instructions over the
+ * allocator itself.  Until imas_state is READY, calls go to the slow path,
+ * which initialises (select.c) or, when re-entered during initialisation or
+ * called by another thread meanwhile, serves from the bootstrap arena.
+ * Bootstrap blocks are recognised by address on free/realloc/usable_size
+ * and never reach the forwarded allocator. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include "imas.h"
+
+#define READY() likely(__atomic_load_n(&imas_state, __ATOMIC_ACQUIRE) == IMAS_READY)
+
+static IMAS_COLD bool early_ready(void)
+{
+    imas_init();
+    return __atomic_load_n(&imas_state, __ATOMIC_ACQUIRE) == IMAS_READY;
+}
+
+IMAS_API void *malloc(size_t n)
+{
+    if (READY() || early_ready())
+        return likely(!imas_probing) ? imas_fwd.malloc(n) : probe_malloc(n);
+    return boot_alloc(n, 16);
+}
+
+IMAS_API void free(void *p)
+{
+    if (unlikely(p == NULL) || unlikely(boot_owns(p)))
+        return;
+    if (READY() || early_ready()) {
+        if (likely(!imas_probing))
+            imas_fwd.free(p);
+        else
+            probe_free(p);
+    }
+    /* Not ready and not ours: nothing can have handed it out; leak it. */
+}
+
+IMAS_API void *calloc(size_t k, size_t n)
+{
+    if (READY() || early_ready())
+        return likely(!imas_probing) ? imas_fwd.calloc(k, n) : probe_calloc(k, n);
+    size_t bytes;
+    if (__builtin_mul_overflow(k, n, &bytes)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return boot_alloc(bytes, 16);              /* the arena is BSS, never reused: already zero */
+}
+
+static IMAS_COLD void *boot_realloc(void *p, size_t n)
+{
+    size_t old = boot_size(p);
+    void *q = malloc(n ? n : 1);
+    if (q)
+        memcpy(q, p, old < n ? old : n);
+    return q;
+}
+
+IMAS_API void *realloc(void *p, size_t n)
+{
+    if (unlikely(p != NULL && boot_owns(p)))
+        return boot_realloc(p, n);
+    if (READY() || early_ready())
+        return likely(!imas_probing) ? imas_fwd.realloc(p, n) : probe_realloc(p, n);
+    void *q = boot_alloc(n, 16);
+    return q;                                   /* p is NULL here: nothing to copy */
+}
+
+IMAS_API void *reallocarray(void *p, size_t k, size_t n)
+{
+    size_t bytes;
+    if (__builtin_mul_overflow(k, n, &bytes)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(p, bytes);
+}
+
+static bool bad_align(size_t a)
+{
+    return a == 0 || (a & (a - 1)) != 0;
+}
+
+IMAS_API void *memalign(size_t align, size_t n)
+{
+    if (READY() || early_ready())
+        return likely(!imas_probing) ? imas_fwd.memalign(align, n) : probe_memalign(align, n);
+    if (bad_align(align)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return boot_alloc(n, align);
+}
+
+IMAS_API void *aligned_alloc(size_t align, size_t n)
+{
+    if (READY() || early_ready()) {
+        if (likely(!imas_probing))
+            return imas_fwd.aligned_alloc(align, n);
+        return probe_memalign(align, n);
+    }
+    return memalign(align, n);
+}
+
+IMAS_API int posix_memalign(void **out, size_t align, size_t n)
+{
+    if (READY() || early_ready())
+        return likely(!imas_probing) ? imas_fwd.posix_memalign(out, align, n)
+                                     : probe_posix_memalign(out, align, n);
+    if (bad_align(align) || align % sizeof(void *))
+        return EINVAL;
+    void *p = boot_alloc(n, align);
+    if (!p)
+        return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+IMAS_API void *valloc(size_t n)
+{
+    if (READY() || early_ready())
+        return likely(!imas_probing) ? imas_fwd.valloc(n) : probe_valloc(n, false);
+    return boot_alloc(n, 4096);
+}
+
+IMAS_API void *pvalloc(size_t n)
+{
+    if (READY() || early_ready())
+        return likely(!imas_probing) ? imas_fwd.pvalloc(n) : probe_valloc(n, true);
+    return boot_alloc((n + 4095) & ~(size_t)4095, 4096);
+}
+
+IMAS_API size_t malloc_usable_size(void *p)
+{
+    if (p == NULL)
+        return 0;
+    if (boot_owns(p))
+        return boot_size(p);
+    if (READY() || early_ready())
+        return imas_fwd.malloc_usable_size(p);
+    return 0;
+}
+
+/* pthread_create/pthread_exit: the paper hooks them because Hoard needs to see
+ * thread creation and exit.  None of today's candidates does (they use TLS
+ * destructors), so the hooks only forward — to the candidate's own definition
+ * when a dlopen()ed candidate exports one (select.c sets imas_thread_hooks),
+ * else to the next definition. */
+typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+typedef void (*exit_fn)(void *);
+void *imas_cand_pthread_create, *imas_cand_pthread_exit;   /* set by select.c, or NULL */
+
+IMAS_API int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+    static create_fn next;
+    if (!READY())
+        early_ready();
+    create_fn f = (create_fn)imas_cand_pthread_create;
+    if (!f) {
+        f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
+        if (!f) {
+            f = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+            __atomic_store_n(&next, f, __ATOMIC_RELEASE);
+        }
+    }
+    if (!f)
+        return EAGAIN;
+    return f(t, a, fn, arg);
+}
+
+IMAS_API void pthread_exit(void *ret)
+{
+    static exit_fn next;
+    exit_fn f = (exit_fn)imas_cand_pthread_exit;
+    if (!f) {
+        f = __atomic_load_n(&next, __ATOMIC_ACQUIRE);
+        if (!f) {
+            f = (exit_fn)dlsym(RTLD_NEXT, "pthread_exit");
+            __atomic_store_n(&next, f, __ATOMIC_RELEASE);
+        }
+    }
+    f(ret);
+    __builtin_unreachable();
+}

@@ -1,0 +1,100 @@
+/* imas.h — internal interface of libimas.so, the IMAS selector shim and the
+ * lab's measurement probe (ARCHITECTURE.md sections 7, 8 and 10; notes/probe.md).
+ *
+ * One forwarding table (struct imas_fwd) holds the allocator every hooked call
+ * goes to: the next definition (RTLD_NEXT: the allocator preloaded after us, or
+ * glibc) or a library dlopen()ed from this program's decision file.  The table
+ * is filled completely before imas_state becomes IMAS_READY; until then every
+ * call is served by the bootstrap arena (bootstrap.c).  When probing, the hooks
+ * go through probe.c, which measures around the forwarded call.
+ *
+ * Nothing here may call malloc: this code runs inside malloc. */
+#ifndef IMAS_H
+#define IMAS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define likely(x)    __builtin_expect(!!(x), 1)
+#define unlikely(x)  __builtin_expect(!!(x), 0)
+#define IMAS_API     __attribute__((visibility("default")))
+#define IMAS_COLD    __attribute__((cold, noinline))
+
+struct imas_fwd {
+    void  *(*malloc)(size_t);
+    void   (*free)(void *);
+    void  *(*calloc)(size_t, size_t);
+    void  *(*realloc)(void *, size_t);
+    void  *(*memalign)(size_t, size_t);
+    int    (*posix_memalign)(void **, size_t, size_t);
+    void  *(*aligned_alloc)(size_t, size_t);
+    void  *(*valloc)(size_t);
+    void  *(*pvalloc)(size_t);
+    size_t (*malloc_usable_size)(void *);
+};
+
+enum { IMAS_UNINIT = 0, IMAS_INITING = 1, IMAS_READY = 2 };
+
+extern struct imas_fwd imas_fwd;
+extern volatile int imas_state;      /* IMAS_* above; READY is published with release order */
+extern bool imas_probing;            /* measure and log (probe mode or IMAS test mode) */
+
+/* select.c: decides the mode, binds imas_fwd, prepares the probe.  Safe to
+ * call from any hook; recursive calls during start-up return at once. */
+void imas_init(void);
+/* Describes the choice made at start-up (for IMAS_DEBUG). */
+const char *imas_choice_name(void);
+
+/* bootstrap.c: a static bump arena for what is allocated before imas_fwd is bound. */
+void  *boot_alloc(size_t size, size_t align);
+bool   boot_owns(const void *p);
+size_t boot_size(const void *p);
+
+/* probe.c: measured versions of the forwarded calls. */
+void  *probe_malloc(size_t n);
+void  *probe_calloc(size_t k, size_t n);
+void  *probe_realloc(void *p, size_t n);
+void   probe_free(void *p);
+void  *probe_memalign(size_t align, size_t n);     /* memalign, aligned_alloc */
+int    probe_posix_memalign(void **out, size_t align, size_t n);
+void  *probe_valloc(size_t n, bool round_up);      /* valloc, pvalloc */
+
+/* probe.c: set-up (before READY; no thread creation) and the parts run after it. */
+struct probe_config {
+    const char *out_pattern;         /* IMAS_PROBE_OUT or a spool path; "%p" becomes the pid */
+    const char *allocator;           /* name written in the log */
+    unsigned sample_every;           /* time one call in N (power of two) */
+    unsigned interval_ms;            /* footprint sampling period */
+    unsigned write_ms;               /* periodic snapshot period; 0 = at exit only */
+};
+void probe_setup(const struct probe_config *cfg);
+void probe_start_thread(void);       /* from the constructor, once READY */
+void probe_finish(void);             /* from the destructor: final sample and log */
+size_t probe_own_bytes(void);        /* memory the probe's tables hold (not the program's) */
+
+/* log.c: one JSON snapshot of the probe's state, written atomically. */
+struct probe_snapshot;
+void log_write_snapshot(bool final);
+
+/* util.c: allocation-free helpers. */
+void   imas_warn(const char *msg, const char *detail);
+void   imas_say(const char *kind, const char *msg, const char *detail);   /* "imas: <kind><msg>: <detail>" */
+size_t imas_read_file(const char *path, char *buf, size_t cap, bool must_be_private);
+uint64_t imas_fnv1a(const char *s);
+uint64_t imas_parse_u64(const char *s, const char **end);
+double imas_parse_double(const char *s, const char **end);
+double imas_now(void);               /* CLOCK_REALTIME seconds */
+uint64_t imas_mono_ns(void);         /* CLOCK_MONOTONIC nanoseconds */
+
+/* A bounded string builder over a caller's buffer (no allocation). */
+struct sbuf { char *p; size_t len, cap; bool overflow; };
+void sb_str(struct sbuf *b, const char *s);
+void sb_json_str(struct sbuf *b, const char *s);   /* quoted and escaped */
+void sb_u64(struct sbuf *b, uint64_t v);
+void sb_i64(struct sbuf *b, int64_t v);
+void sb_fixed(struct sbuf *b, double v, int decimals);
+void sb_chr(struct sbuf *b, char c);
+
+#endif

@@ -1,0 +1,595 @@
+/* cache.c — the object layer's core: Bonwick's interface over the active
+ * design, the generic size caches behind kmem_alloc, the kmalloc family used by
+ * malloc, and the bookkeeping all designs share (ids, the cache list, thread
+ * hand-back, reap, fork).
+ *
+ * Start-up (cache_init) is idempotent and allocation-free: options, page
+ * layer, the design's table copied into sk_design, the generic caches, the
+ * fork hooks.  Re-entrant calls during start-up see cache_ready == false
+ * only until the generic caches exist.
+ *
+ * Locking: cache_list_lock protects the cache list, cache ids, and the walk
+ * over threads' per-cache state (destroy, thread exit, reap). Lock order:
+ * cache_list_lock -> thread_list_lock -> design locks -> internal -> pages. */
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+#include "cache.h"
+#include "../core/options.h"
+#include "../core/report.h"
+#include "debug.h"
+
+struct design_ops sk_design;
+struct sk_lock cache_list_lock = SK_LOCK_INIT;
+struct kmem_cache *cache_list;
+bool cache_ready;
+
+/* Weak, so the library links while a design is being written; an unbuilt
+ * design falls back to the first one present, with a warning. */
+extern const struct design_ops slab_design __attribute__((weak));
+extern const struct design_ops slub_design __attribute__((weak));
+extern const struct design_ops slob_design __attribute__((weak));
+extern const struct design_ops slqb_design __attribute__((weak));
+
+static const struct design_ops *const designs[DESIGN_COUNT] = {
+    [DESIGN_SLAB] = &slab_design,
+    [DESIGN_SLUB] = &slub_design,
+    [DESIGN_SLOB] = &slob_design,
+    [DESIGN_SLQB] = &slqb_design,
+};
+
+/* --- Size classes -------------------------------------------------------- */
+
+const uint32_t kmalloc_sizes[KMALLOC_CLASSES] = {
+    8, 16, 24, 32, 40, 48, 56, 64,
+    80, 96, 112, 128, 160, 192, 224, 256,
+    320, 384, 448, 512, 640, 768, 896, 1024,
+    1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096,
+    5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384,
+    20480, 24576, 28672, 32768,
+};
+struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];
+uint8_t kmalloc_index_small[(1024 >> 3) + 1];
+
+unsigned kmalloc_index_slow(size_t size)
+{
+    unsigned i = 23;                    /* first class above 1024 */
+    while (i < KMALLOC_CLASSES && kmalloc_sizes[i] < size)
+        i++;
+    return i;                           /* KMALLOC_CLASSES: too large */
+}
+
+/* Power-of-two sizes are naturally aligned (as Linux kmalloc promises); any
+ * class is aligned to the largest power of two dividing its size, up to a page. */
+static size_t kmalloc_align(size_t size)
+{
+    size_t a = size & -size;
+    return a > PAGE_SIZE ? PAGE_SIZE : a;
+}
+
+static void size_classes_init(void)
+{
+    unsigned c = 0;
+    for (size_t i = 0; i < ARRAY_SIZE(kmalloc_index_small); i++) {
+        size_t size = i << 3;
+        while (kmalloc_sizes[c] < size)
+            c++;
+        kmalloc_index_small[i] = (uint8_t)c;
+    }
+}
+
+/* --- Cache ids ----------------------------------------------------------- */
+
+#define CACHE_IDS 65536
+static uint64_t id_used[CACHE_IDS / 64];   /* under cache_list_lock */
+
+static int id_alloc(void)
+{
+    for (unsigned w = 0; w < ARRAY_SIZE(id_used); w++)
+        if (~id_used[w]) {
+            unsigned b = (unsigned)__builtin_ctzll(~id_used[w]);
+            id_used[w] |= 1ull << b;
+            return (int)(w * 64 + b);
+        }
+    return -1;
+}
+
+static void id_free(unsigned id) { id_used[id / 64] &= ~(1ull << (id % 64)); }
+
+/* --- Start-up ------------------------------------------------------------ */
+
+static uintptr_t secret_seed;
+
+static void secret_init(void)
+{
+    uintptr_t s = 0;
+    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != sizeof s)
+        s = (uintptr_t)&s ^ 0x5bd1e9955bd1e995ull;   /* ASLR-derived fallback */
+    secret_seed = s | 1;
+}
+
+static struct kmem_cache *cache_create(const char *name, size_t size, size_t align,
+                                       void (*ctor)(void *, size_t), void (*dtor)(void *, size_t),
+                                       unsigned flags);
+
+void cache_init(void)
+{
+    static int state;      /* 0 never, 1 in progress, 2 done */
+    if (likely(state == 2))
+        return;
+    static struct sk_lock init_lock = SK_LOCK_INIT;
+    lock_acquire(&init_lock);
+    if (state != 0) {      /* done by another thread, or re-entered: go on */
+        lock_release(&init_lock);
+        return;
+    }
+    state = 1;
+    options_init();
+    page_init();
+    secret_init();
+    size_classes_init();
+    if (!designs[sk_opt.design]) {
+        enum sk_design d = 0;
+        while (d < DESIGN_COUNT && !designs[d])
+            d++;
+        if (d == DESIGN_COUNT)
+            sk_fatal("no object-layer design is built into this library");
+        sk_warn("design %s is not built into this library; using %s",
+                design_name(sk_opt.design), design_name(d));
+        sk_opt.design = d;
+    }
+    sk_design = *designs[sk_opt.design];
+    if (sk_design.init)
+        sk_design.init();
+    bool generic = !sk_design.kmalloc;
+    if (sk_opt.debug)
+        debug_install();               /* wraps sk_design: before any cache exists */
+    if (generic) {
+        for (unsigned i = 0; i < KMALLOC_CLASSES; i++) {
+            char name[CACHE_NAME_LEN];
+            sk_format(name, sizeof name, "kmalloc-%u", kmalloc_sizes[i]);
+            kmalloc_caches[i] = cache_create(name, kmalloc_sizes[i], kmalloc_align(kmalloc_sizes[i]),
+                                             NULL, NULL, CACHE_KMALLOC);
+            if (!kmalloc_caches[i])
+                sk_fatal("cannot create the generic cache %s", name);
+        }
+    }
+    page_set_reclaim_hook(cache_reap_all);
+    fork_hooks_install();
+    if (sk_opt.stats)
+        cache_stats_atexit();
+    cache_ready = true;
+    state = 2;
+    lock_release(&init_lock);
+}
+
+/* --- Creation and destruction ------------------------------------------- */
+
+#define CACHE_MAX_OBJECT (256u * 1024)   /* larger objects belong to the page layer */
+
+static struct kmem_cache *cache_create(const char *name, size_t size, size_t align,
+                                       void (*ctor)(void *, size_t), void (*dtor)(void *, size_t),
+                                       unsigned flags)
+{
+    struct kmem_cache *cp = cache_internal_alloc(sizeof *cp + sk_design.cache_priv_size);
+    if (!cp)
+        return NULL;
+    cp->size = size;
+    cp->object_size = size;
+    cp->user_ctor = ctor;
+    cp->user_dtor = dtor;
+    cp->align = align < 8 ? 8 : align;
+    cp->ctor = ctor;
+    cp->dtor = dtor;
+    cp->flags = flags;
+    cp->debug = (flags & CACHE_INTERNAL) ? 0 : sk_opt.debug;
+    cp->secret = secret_seed ^ __builtin_bswap64((uintptr_t)cp);
+    size_t n = strlen(name);
+    if (n >= CACHE_NAME_LEN)
+        n = CACHE_NAME_LEN - 1;
+    memcpy(cp->name, name, n);
+    cp->name[n] = '\0';
+
+    lock_acquire(&cache_list_lock);
+    int id = id_alloc();
+    lock_release(&cache_list_lock);
+    if (id < 0) {
+        sk_warn("kmem_cache_create(%s): too many caches (%u)", name, CACHE_IDS);
+        cache_internal_free(cp, sizeof *cp + sk_design.cache_priv_size);
+        return NULL;
+    }
+    cp->id = (unsigned)id;
+    if (sk_design.cache_init(cp) != 0) {
+        lock_acquire(&cache_list_lock);
+        id_free(cp->id);
+        lock_release(&cache_list_lock);
+        cache_internal_free(cp, sizeof *cp + sk_design.cache_priv_size);
+        return NULL;
+    }
+    lock_acquire(&cache_list_lock);
+    cp->next = cache_list;
+    cache_list = cp;
+    lock_release(&cache_list_lock);
+    return cp;
+}
+
+SK_API kmem_cache_t *kmem_cache_create(const char *name, size_t size, size_t align,
+                                       void (*constructor)(void *, size_t),
+                                       void (*destructor)(void *, size_t))
+{
+    cache_init();
+    if (!name)
+        name = "(unnamed)";
+    if (size == 0 || size > CACHE_MAX_OBJECT) {
+        sk_warn("kmem_cache_create(%s): object size %zu is not supported (valid: 1..%u bytes)",
+                name, size, CACHE_MAX_OBJECT);
+        errno = EINVAL;
+        return NULL;
+    }
+    if (align != 0 && (!IS_POW2(align) || align > PAGE_SIZE)) {
+        sk_warn("kmem_cache_create(%s): alignment %zu is not a power of two up to %zu",
+                name, align, PAGE_SIZE);
+        errno = EINVAL;
+        return NULL;
+    }
+    return cache_create(name, size, align, constructor, destructor, 0);
+}
+
+/* Hand t's state for cp back to the shared layer (any thread may do it for
+ * t: t has exited, or cp is being destroyed and must not be in use). */
+static void cache_flush_slot(struct kmem_cache *cp, struct sk_thread *t)
+{
+    unsigned id = cp->id;
+    void **slot = id < THREAD_CPU_INLINE ? &t->cpu[id]
+                : id - THREAD_CPU_INLINE < t->cpu_more_len ? &t->cpu_more[id - THREAD_CPU_INLINE] : NULL;
+    if (slot && *slot) {
+        void *cpu = *slot;
+        *slot = NULL;
+        sk_design.thread_exit(cp, cpu);
+    }
+}
+
+/* Hand back every thread's per-cache state of cp.  Caller holds cache_list_lock. */
+static void cache_flush_threads(struct kmem_cache *cp)
+{
+    lock_acquire(&thread_list_lock);
+    for (struct sk_thread *t = thread_list; t; t = t->next) {
+        cache_flush_slot(cp, t);
+    }
+    lock_release(&thread_list_lock);
+}
+
+SK_API void kmem_cache_destroy(kmem_cache_t *cp)
+{
+    if (!cp)
+        return;
+    if (cp->flags & CACHE_KMALLOC)
+        sk_fatal("kmem_cache_destroy(%s): a generic cache cannot be destroyed", cp->name);
+    lock_acquire(&cache_list_lock);
+    struct kmem_cache **pp = &cache_list;
+    while (*pp && *pp != cp)
+        pp = &(*pp)->next;
+    if (!*pp) {
+        lock_release(&cache_list_lock);
+        sk_fatal("kmem_cache_destroy(%p): not a live cache (destroyed twice?)", (void *)cp);
+    }
+    *pp = cp->next;
+    cache_flush_threads(cp);
+    lock_release(&cache_list_lock);
+    sk_design.cache_fini(cp);          /* reports and aborts if objects are still allocated */
+    lock_acquire(&cache_list_lock);
+    id_free(cp->id);
+    lock_release(&cache_list_lock);
+    cache_internal_free(cp, sizeof *cp + sk_design.cache_priv_size);
+}
+
+void cache_thread_exit(struct sk_thread *t)
+{
+    lock_acquire(&cache_list_lock);
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next) {
+        cache_flush_slot(cp, t);
+    }
+    lock_release(&cache_list_lock);
+}
+
+/* --- Allocation through a cache ----------------------------------------- */
+
+SK_COLD static void *cache_alloc_failed(struct kmem_cache *cp, int flags)
+{
+    if (flags & KM_NOSLEEP) {
+        __atomic_fetch_add(&cp->failures, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    /* KM_SLEEP: give back everything beyond the working sets and retry. */
+    cache_reap_all();
+    void *p = sk_design.alloc(cp, KM_NOSLEEP);
+    if (!p)
+        sk_fatal("kmem_cache_alloc(%s): out of memory (the OS refused more pages)", cp->name);
+    return p;
+}
+
+SK_API void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
+{
+    void *p = sk_design.alloc(cp, flags);
+    if (unlikely(!p))
+        return cache_alloc_failed(cp, flags);
+    return p;
+}
+
+SK_API void kmem_cache_free(kmem_cache_t *cp, void *buf)
+{
+    if (unlikely(!buf))
+        return;
+    struct page_desc *d = page_desc_of(buf);
+    if (likely(d && d->kind == PAGE_SLAB && d->cache == cp)) {
+        sk_design.free(cp, buf);
+        return;
+    }
+    if (d && d->kind == PAGE_SLOB && sk_design.kfree) {
+        /* SLOB shares its pages among all caches: the design checks the rest. */
+        sk_design.free(cp, buf);
+        return;
+    }
+    if (d && d->kind == PAGE_SLAB && d->cache)
+        sk_report_buffer("kmem_cache_free: buffer belongs to another cache", buf, cp->name,
+                         "the buffer is from cache %s", d->cache->name);
+    cache_bad_free(cp, buf, "kmem_cache_free: not a buffer of this cache");
+}
+
+void cache_bad_free(struct kmem_cache *cp, const void *p, const char *what)
+{
+    struct page_desc *d = page_desc_of(p);
+    const char *state = !d ? "the address is not in slabkit's memory"
+                      : d->kind == PAGE_FREE || d->kind == PAGE_LAZY ? "the page holding it is free (double free?)"
+                      : d->kind == PAGE_SLAB ? "it is not the start of an allocated object"
+                      : "the page holding it is not a slab page";
+    sk_report_buffer(what, p, cp ? cp->name : NULL, "%s", state);
+}
+
+/* --- kmalloc ------------------------------------------------------------- */
+
+/* Large blocks: whole pages from the page layer (exact), head PAGE_LARGE with
+ * the page count in priv[0]. */
+void *cache_large_alloc(size_t size, size_t align, int flags)
+{
+    size_t npages = ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT;
+    if (npages < (size >> PAGE_SHIFT))      /* overflow */
+        return NULL;
+    /* An exact block of n pages is aligned to its covering power of two;
+     * a larger alignment asks for a block that big. */
+    size_t min_pages = align > PAGE_SIZE ? align >> PAGE_SHIFT : 1;
+    size_t take = npages > min_pages ? npages : min_pages;
+    if (take > ((size_t)1 << MAX_ORDER))
+        return huge_alloc(size, align > PAGE_SIZE ? align : PAGE_SIZE);
+    void *p = page_alloc_exact(take, flags);
+    if (!p)
+        return NULL;
+    struct page_desc *d = page_desc_of(p);
+    d->kind = PAGE_LARGE;
+    d->priv[0] = take;
+    return p;
+}
+
+void *cache_kmalloc(size_t size, size_t align, int flags)
+{
+    if (unlikely(sk_design.kmalloc != NULL))     /* SLOB, or the debug layer */
+        return sk_design.kmalloc(size, align, flags);
+    return cache_generic_kmalloc(size, align, flags);
+}
+
+void *cache_generic_kmalloc(size_t size, size_t align, int flags)
+{
+    if (size == 0)
+        size = 1;
+    if (likely(align <= 8 || (align <= 16 && size > 8))) {
+        if (align > 8)
+            size = ALIGN_UP(size, 16);
+        unsigned i = kmalloc_index(size);
+        if (likely(i < KMALLOC_CLASSES))
+            return kmem_cache_alloc(kmalloc_caches[i], flags);
+        return cache_large_alloc(size, align, flags);
+    }
+    /* A larger alignment: the first class at least that big whose objects
+     * are aligned that much (power-of-two classes are naturally aligned). */
+    size_t need = size > align ? size : align;
+    if (align <= PAGE_SIZE) {
+        for (unsigned i = kmalloc_index(need); i < KMALLOC_CLASSES; i++)
+            if (kmalloc_caches[i]->align >= align && kmalloc_sizes[i] >= size)
+                return kmem_cache_alloc(kmalloc_caches[i], flags);
+    }
+    return cache_large_alloc(size, align, flags);
+}
+
+size_t cache_ksize(const void *p)
+{
+    if (unlikely(debug_on))
+        return debug_ksize(p);
+    struct page_desc *d = page_desc_of(p);
+    if (likely(d != NULL)) {
+        if (likely(d->kind == PAGE_SLAB))
+            return d->cache->size;
+        if (d->kind == PAGE_LARGE && p == page_address(d))
+            return d->priv[0] << PAGE_SHIFT;
+        if (d->kind == PAGE_SLOB && sk_design.ksize)
+            return sk_design.ksize(p);
+        return 0;
+    }
+    return huge_size(p);
+}
+
+SK_COLD static void kfree_bad(void *p)
+{
+    struct page_desc *d = page_desc_of(p);
+    if (!d) {
+        sk_report_buffer("free: invalid pointer", p, NULL,
+                         "the address was never handed out by slabkit (foreign pointer)");
+    }
+    switch (d->kind) {
+    case PAGE_FREE: case PAGE_LAZY:
+        sk_report_buffer("free: double free or free of unallocated memory", p, NULL,
+                         "the page holding it is free");
+    case PAGE_LARGE: case PAGE_TAIL:
+        sk_report_buffer("free: invalid pointer", p, NULL,
+                         "it points inside a large block, not at its start (interior pointer)");
+    default:
+        sk_report_buffer("free: invalid pointer", p, NULL,
+                         "the page holding it is not a heap page (kind %u)", d->kind);
+    }
+}
+
+void cache_kfree(void *p)
+{
+    struct page_desc *d = page_desc_of(p);
+    if (likely(d != NULL)) {
+        if (likely(d->kind == PAGE_SLAB)) {
+            sk_design.free(d->cache, p);
+            return;
+        }
+        if (d->kind == PAGE_LARGE && p == page_address(d)) {
+            if (unlikely(debug_on))
+                debug_note_free(p);
+            d->kind = PAGE_USED;
+            page_free_exact(p, d->priv[0]);
+            return;
+        }
+        if (d->kind == PAGE_SLOB && sk_design.kfree) {
+            sk_design.kfree(p);
+            return;
+        }
+        if (unlikely(debug_on) && debug_guarded_free(p))
+            return;
+        kfree_bad(p);
+    }
+    if (huge_size(p)) {
+        if (unlikely(debug_on))
+            debug_note_free(p);
+        huge_free(p);
+        return;
+    }
+    kfree_bad(p);
+}
+
+SK_API void *kmem_alloc(size_t size, int flags)
+{
+    cache_init();
+    void *p = cache_kmalloc(size, 0, flags);
+    if (unlikely(!p) && !(flags & KM_NOSLEEP)) {
+        cache_reap_all();
+        p = cache_kmalloc(size, 0, KM_NOSLEEP);
+        if (!p)
+            sk_fatal("kmem_alloc(%zu): out of memory (the OS refused more pages)", size);
+    }
+    return p;
+}
+
+SK_API void *kmem_zalloc(size_t size, int flags)
+{
+    void *p = kmem_alloc(size, flags);
+    if (p)
+        memset(p, 0, size);
+    return p;
+}
+
+SK_API void kmem_free(void *buf, size_t size)
+{
+    if (!buf)
+        return;
+    /* Bonwick's interface passes the size back: check it names the same
+     * class the buffer came from. */
+    size_t have = cache_ksize(buf);
+    if (have) {
+        struct page_desc *d = page_desc_of(buf);
+        bool match;
+        if (d && d->kind == PAGE_SLAB) {
+            unsigned i = kmalloc_index(size ? size : 1);
+            match = i < KMALLOC_CLASSES && kmalloc_caches[i] == d->cache;
+            if (!(d->cache->flags & CACHE_KMALLOC))
+                sk_report_buffer("kmem_free: buffer belongs to a kmem_cache, not to kmem_alloc", buf,
+                                 d->cache->name, "free it with kmem_cache_free");
+        } else if (d && d->kind == PAGE_SLOB) {
+            match = ALIGN_UP(size ? size : 1, 2) == have;  /* SLOB kmalloc: its size header, in 2-byte units */
+        } else {
+            match = ALIGN_UP(size, PAGE_SIZE) == have;   /* large and huge blocks are whole pages */
+        }
+        if (!match)
+            sk_report_buffer("kmem_free: size does not match the allocation", buf,
+                             d && d->kind == PAGE_SLAB ? d->cache->name : NULL,
+                             "kmem_free was given %zu bytes; the buffer holds %zu", size, have);
+    }
+    cache_kfree(buf);
+}
+
+/* --- Reclaim ------------------------------------------------------------- */
+
+size_t cache_reap_all(void)
+{
+    size_t bytes = 0;
+    lock_acquire(&cache_list_lock);
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
+        if (sk_design.reap)
+            bytes += sk_design.reap(cp);
+    lock_release(&cache_list_lock);
+    return bytes + page_reap();
+}
+
+SK_API size_t kmem_reap(void)
+{
+    cache_init();
+    return cache_reap_all();
+}
+
+/* --- Fork ---------------------------------------------------------------- */
+
+void internal_fork_prepare(void);
+void internal_fork_parent(void);
+void internal_fork_child(void);
+
+void cache_fork_prepare(void)
+{
+    lock_acquire(&cache_list_lock);
+    thread_fork_prepare();
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
+        if (sk_design.fork_prepare)
+            sk_design.fork_prepare(cp);
+    if (debug_on)
+        debug_fork_prepare();
+    internal_fork_prepare();
+}
+
+void cache_fork_parent(void)
+{
+    internal_fork_parent();
+    if (debug_on)
+        debug_fork_parent();
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
+        if (sk_design.fork_parent)
+            sk_design.fork_parent(cp);
+    thread_fork_parent();
+    lock_release(&cache_list_lock);
+}
+
+void cache_fork_child(void)
+{
+    internal_fork_child();
+    if (debug_on)
+        debug_fork_child();
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
+        if (sk_design.fork_child)
+            sk_design.fork_child(cp);
+    lock_reset(&cache_list_lock);
+    thread_fork_child();       /* reclaims dead threads' caches: needs the locks above free */
+}
+
+/* --- Identity ------------------------------------------------------------ */
+
+SK_API const char *slabkit_design(void)
+{
+    cache_init();
+    return sk_design.name;
+}
+
+SK_API const char *slabkit_page_allocator(void)
+{
+    cache_init();
+    return pages_name(sk_opt.pages);
+}

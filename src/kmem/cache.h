@@ -1,0 +1,201 @@
+/* cache.h — the object layer's core: struct kmem_cache, the design operations
+ * table, the generic (kmalloc) size classes, and the helpers every design uses.
+ *
+ * Exactly one design serves a process, chosen once at start-up from
+ * SLABKIT_DESIGN (like a kernel built with one of them).  Each design is one
+ * file (slab.c, slub.c, slob.c, slqb.c) exporting one `const struct
+ * design_ops <name>_design`; cache.c copies the chosen table into `sk_design`
+ * so a call through it is one load and an indirect call.  Adding a design is
+ * one new file plus one line in the table in cache.c.
+ *
+ * What is common lives here and in cache.c once: creation and destruction
+ * (name, size, align, ctor/dtor, ids, the global cache list), kmem_alloc /
+ * kmem_free / kmalloc dispatch, the size classes, statistics, reporting.
+ *
+ * Pointer ownership: every page of a slab has page_desc.kind == PAGE_SLAB and
+ * page_desc.cache set, so kfree(p) finds the cache in O(1).  Large blocks are
+ * PAGE_LARGE (size in priv[0]); huge ones are found through huge_size().
+ *
+ * Locking: cache_list_lock protects the list of caches and id allocation;
+ * each design documents its own locks at the top of its file. */
+#ifndef SK_CACHE_H
+#define SK_CACHE_H
+
+#include "../core/common.h"
+#include "../core/lock.h"
+#include "../core/thread.h"
+#include "../page/page.h"
+#include "../../include/slabkit/slabkit.h"
+
+#define CACHE_NAME_LEN 32
+
+/* kmem_cache.flags */
+#define CACHE_KMALLOC  (1u << 0)   /* a generic size cache */
+#define CACHE_INTERNAL (1u << 1)   /* the library's own (bufctls, slab headers...) */
+#define CACHE_FREEPTR_OUTSIDE (1u << 2) /* never write into [0, size) of a free object (debug poisoning) */
+
+struct kmem_cache {
+    /* Read on the fast path: keep first. */
+    unsigned id;               /* index into sk_thread.cpu[] */
+    unsigned flags;
+    size_t size;               /* bytes the design lays out per object (>= object_size:
+                                  the debug layer may add a redzone and audit word) */
+    size_t align;              /* object alignment (power of two, >= 8) */
+    void (*ctor)(void *, size_t);
+    void (*dtor)(void *, size_t);
+    uintptr_t secret;          /* free-pointer obfuscation key (random per cache) */
+    unsigned debug;            /* SLABKIT_DEBUG bits in force for this cache */
+    /* Statistics kept by the core when a design does not keep its own. */
+    uint64_t failures;
+    size_t object_size;        /* size the caller asked for (what malloc_usable_size reports) */
+    void (*user_ctor)(void *, size_t);  /* the caller's ctor/dtor; in debug mode the */
+    void (*user_dtor)(void *, size_t);  /* design's ctor/dtor are NULL and debug.c runs these */
+    char name[CACHE_NAME_LEN];
+    struct kmem_cache *next;   /* all caches, under cache_list_lock */
+    /* The design's private state follows, aligned to a cache line. */
+    _Alignas(CACHE_LINE) char priv[];
+};
+
+SK_INLINE void *cache_priv(struct kmem_cache *cp) { return cp->priv; }
+
+struct design_ops {
+    const char *name;
+    size_t cache_priv_size;              /* bytes of private state per cache */
+
+    void (*init)(void);                  /* once, before the first cache */
+    /* Lay the cache out (slab size, colours, offsets). 0, or -1 if impossible
+     * (kmem_cache_create then returns NULL). */
+    int  (*cache_init)(struct kmem_cache *cp);
+    /* kmem_cache_destroy: every object must have been freed (report and
+     * abort otherwise, naming the cache and the count); destruct what is
+     * cached and give every page back. Per-thread state of the cache has
+     * already been flushed through thread_exit. */
+    void (*cache_fini)(struct kmem_cache *cp);
+
+    void *(*alloc)(struct kmem_cache *cp, int flags);   /* NULL only if KM_NOSLEEP or OS refused */
+    void  (*free)(struct kmem_cache *cp, void *obj);    /* obj belongs to cp (checked by the caller's page lookup or by the design) */
+
+    /* Give back free memory beyond the working set; bytes released. */
+    size_t (*reap)(struct kmem_cache *cp);
+    /* Return the thread's per-cache state `cpu` (from sk_thread.cpu) to the
+     * shared layer and release it. Called at thread exit, at destroy, in a
+     * fork child for dead threads. */
+    void (*thread_exit)(struct kmem_cache *cp, void *cpu);
+    void (*stats)(struct kmem_cache *cp, struct slabkit_cache_stats *out);
+    /* Fork: lock/unlock every lock the design holds for cp. */
+    void (*fork_prepare)(struct kmem_cache *cp);
+    void (*fork_parent)(struct kmem_cache *cp);
+    void (*fork_child)(struct kmem_cache *cp);
+
+    /* Optional (SLOB): a design-specific kmalloc, used instead of the generic
+     * caches when non-NULL. kfree_hdr gets pointers on PAGE_SLOB pages. */
+    void *(*kmalloc)(size_t size, size_t align, int flags);
+    void  (*kfree)(void *p);
+    size_t (*ksize)(const void *p);
+};
+
+extern struct design_ops sk_design;      /* the active design (a copy) */
+extern struct sk_lock cache_list_lock;
+extern struct kmem_cache *cache_list;
+
+/* The designs. */
+extern const struct design_ops slab_design, slub_design, slob_design, slqb_design;
+
+void cache_init(void);                   /* idempotent: options, page layer, design, generic caches */
+extern bool cache_ready;
+
+/* --- Generic size classes ------------------------------------------------
+ * 8-byte steps to 64, then four classes per doubling up to KMALLOC_MAX
+ * (never more than 25% apart above 32 B).  Classes that are multiples of 16
+ * are 16-aligned; malloc rounds requests up to 16 before the lookup. */
+#define KMALLOC_MAX     32768u
+#define KMALLOC_CLASSES 44
+extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];
+extern const uint32_t kmalloc_sizes[KMALLOC_CLASSES];
+extern uint8_t kmalloc_index_small[(1024 >> 3) + 1];   /* (size + 7) >> 3 -> class, sizes <= 1024 */
+unsigned kmalloc_index_slow(size_t size);               /* sizes > 1024 */
+
+SK_INLINE unsigned kmalloc_index(size_t size)
+{
+    if (likely(size <= 1024))
+        return kmalloc_index_small[(size + 7) >> 3];
+    return kmalloc_index_slow(size);
+}
+
+/* kmalloc family: any size; generic caches up to KMALLOC_MAX, page layer
+ * (exact pages, PAGE_LARGE) up to 2^MAX_ORDER pages, the OS beyond.
+ * align: power of two; 0 means the natural alignment of the class. */
+void *cache_kmalloc(size_t size, size_t align, int flags);
+void  cache_kfree(void *p);
+/* The generic-cache kmalloc, bypassing a design's or the debug layer's own. */
+void *cache_generic_kmalloc(size_t size, size_t align, int flags);
+/* Whole pages for one block (PAGE_LARGE, page count in priv[0]; freed by
+ * cache_kfree), or the OS beyond the largest order.  For designs' kmalloc. */
+void *cache_large_alloc(size_t size, size_t align, int flags);                  /* any pointer from cache_kmalloc; reports bad ones */
+size_t cache_ksize(const void *p);           /* usable size; 0 if not ours */
+
+/* The per-thread state of cp for this thread, or NULL if the thread has
+ * exited (use the shared path). create() builds it on first use. */
+SK_INLINE void *cache_cpu(struct kmem_cache *cp)
+{
+    struct sk_thread *t = thread_self();
+    if (likely(cp->id < THREAD_CPU_INLINE))
+        return t->cpu[cp->id];
+    void **slot = thread_cpu_slot(t, cp->id);
+    return slot ? *slot : NULL;
+}
+
+/* Slow path: the slot for cp's per-thread state in this thread, where the
+ * design stores what it creates; NULL if the thread has exited. */
+SK_INLINE void **cache_cpu_slot(struct kmem_cache *cp)
+{
+    return thread_cpu_slot(thread_self(), cp->id);
+}
+
+/* Memory for the library's own small structures (magazines, per-cache
+ * per-thread state, bufctls, hash tables): a small locked allocator of its
+ * own (internal.c), independent of the active design so a design can use it
+ * from its slow paths without recursion.  Zeroed. NULL if the OS refuses. */
+void *cache_internal_alloc(size_t size);
+void  cache_internal_free(void *p, size_t size);
+
+/* Reap every cache and then the page layer; bytes released. */
+size_t cache_reap_all(void);
+
+/* Reporting helpers for designs (all abort). */
+SK_NORETURN SK_COLD void cache_bad_free(struct kmem_cache *cp, const void *p, const char *what);
+
+/* The always-on hardening (free-pointer obfuscation, immediate double-free
+ * checks) can be compiled out with -DSLABKIT_NO_HARDENING, only to measure
+ * what it costs (docs/benchmarks.md).  Designs test `HARDENED &&` on checks. */
+#ifdef SLABKIT_NO_HARDENING
+#define HARDENED 0
+#else
+#define HARDENED 1
+#endif
+
+/* Free-pointer obfuscation (SLUB hardening): ptr ^ secret ^ bswap(location). */
+SK_INLINE uintptr_t freeptr_encode(const struct kmem_cache *cp, const void *ptr, const void *loc)
+{
+    if (!HARDENED)
+        return (uintptr_t)ptr;
+    return (uintptr_t)ptr ^ cp->secret ^ __builtin_bswap64((uintptr_t)loc);
+}
+SK_INLINE void *freeptr_decode(const struct kmem_cache *cp, uintptr_t val, const void *loc)
+{
+    if (!HARDENED)
+        return (void *)val;
+    return (void *)(val ^ cp->secret ^ __builtin_bswap64((uintptr_t)loc));
+}
+
+/* Statistics and slabinfo output (stats.c). */
+void cache_stats_print(int fd);
+void cache_stats_atexit(void);          /* honours SLABKIT_STATS */
+
+/* Fork hooks over every cache and the core's locks (lock order:
+ * cache_list_lock -> thread_list_lock -> design locks -> internal -> page layer). */
+void cache_fork_prepare(void);
+void cache_fork_parent(void);
+void cache_fork_child(void);
+
+#endif

@@ -1,0 +1,852 @@
+/* slub.c — the SLUB design (Christoph Lameter, Linux 2.6.22+): no queues, no
+ * per-object metadata.  A slab's free objects are chained through a free
+ * pointer stored inside each free object (mid-object, or after the object when
+ * the cache has a constructor/destructor or CACHE_FREEPTR_OUTSIDE), obfuscated
+ * as ptr ^ secret ^ bswap(location).  Per thread and cache (Linux: per CPU):
+ * an active slab whose free list the thread pops and pushes with no atomics,
+ * and a short list of "cpu partial" slabs.  Per cache ("node"): a locked list
+ * of partial slabs, at least min_partial of them kept; full slabs are on no
+ * list; a slab that empties is given back to the page layer beyond min_partial.
+ *
+ * Slab state lives in the head page's descriptor (struct slub_slab overlays
+ * page_desc.priv, as Linux keeps it in struct page): `word` packs the slab's
+ * shared free list (bits 0..46: an object address, user space is 47 bits),
+ * `inuse` (bits 47..62) and `frozen` (bit 63) so that one 8-byte CAS updates
+ * all three (Linux needs cmpxchg16b for a full pointer + counters).  The shared
+ * list is only ever pushed (frees) or taken whole (owner, acquire, unfreeze):
+ * never popped one object at a time, so the CAS has no ABA problem.
+ *
+ * Invariants.  frozen: the slab belongs to one thread (active or cpu partial);
+ * only that thread takes its shared list or unfreezes it; other threads only
+ * push.  inuse counts objects not on the shared list (a frozen slab's objects
+ * on its owner's private list count as in use).  An unfrozen slab with free
+ * objects is on the node partial list; an unfrozen slab without is full and on
+ * no list; an unfrozen slab never sits on a cpu partial list.
+ *
+ * Locking (cf. mm/slub.c): one lock per cache, slub_cache.lock (Linux's
+ * n->list_lock), protects the node partial list and nr_partial; it is a leaf:
+ * the page layer and the internal allocator are never called under it.  A
+ * free that may empty an unfrozen slab, or make a full one partial without
+ * a cpu partial list to go to, takes the lock BEFORE its CAS (as __slab_free
+ * does), so a slab is always on the list its state says by the time anyone
+ * else can look.  Statistics walk the threads under thread_list_lock (the
+ * caller holds cache_list_lock): cache_list_lock -> thread_list_lock -> lock. */
+#include <string.h>
+#include "cache.h"
+#include "../core/report.h"
+#include "../os/os.h"
+
+/* --- Per-slab state, in the head page descriptor's priv[] ----------------- */
+
+struct slub_slab {
+    struct page_desc *next;   /* node partial list (doubly linked) or cpu partial list */
+    uint64_t word;            /* freelist | inuse << 47 | frozen << 63 (CAS) */
+    uint32_t objects;         /* objects in this slab (a fallback order holds fewer) */
+    uint32_t order;
+    struct page_desc *prev;   /* node partial list */
+    uintptr_t spare;
+};
+_Static_assert(sizeof(struct slub_slab) <= sizeof(((struct page_desc *)0)->priv), "slab state fits priv");
+
+#define W_PTR_MASK     (((uint64_t)1 << 47) - 1)
+#define W_INUSE_SHIFT  47
+#define W_INUSE_MAX    0xffffu
+#define W_FROZEN       ((uint64_t)1 << 63)
+
+SK_INLINE struct slub_slab *slab_of(struct page_desc *d) { return (struct slub_slab *)d->priv; }
+SK_INLINE void *w_ptr(uint64_t w) { return (void *)(uintptr_t)(w & W_PTR_MASK); }
+SK_INLINE unsigned w_inuse(uint64_t w) { return (unsigned)(w >> W_INUSE_SHIFT) & W_INUSE_MAX; }
+SK_INLINE uint64_t w_make(void *p, unsigned inuse, bool frozen)
+{
+    return (uint64_t)(uintptr_t)p | (uint64_t)inuse << W_INUSE_SHIFT | (frozen ? W_FROZEN : 0);
+}
+SK_INLINE uint64_t w_load(struct slub_slab *s) { return __atomic_load_n(&s->word, __ATOMIC_ACQUIRE); }
+/* On failure *old is refreshed, as the loops below expect. */
+SK_INLINE bool w_cas(struct slub_slab *s, uint64_t *old, uint64_t new)
+{
+    return __atomic_compare_exchange_n(&s->word, old, new, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* --- Per-cache and per-thread state --------------------------------------- */
+
+struct slub_cache {
+    struct sk_lock lock;            /* the node partial list */
+    unsigned nr_partial;
+    struct page_desc *partial_head, *partial_tail;
+    /* Layout (read-only after cache_init). */
+    size_t bufsize;                 /* bytes per object in a slab: size, free pointer, alignment */
+    size_t fp_off;                  /* free pointer offset inside a free object */
+    unsigned order, min_order;      /* preferred slab order; fallback when it cannot be had */
+    unsigned objects;               /* objects per slab of `order` */
+    unsigned min_partial;           /* partial slabs kept however empty */
+    unsigned cpu_partial;           /* Linux s->cpu_partial: objects; reported as `limit` */
+    unsigned cpu_partial_slabs;     /* the bound on a thread's cpu partial list */
+    uint64_t div_inv, div_lim;      /* offset % bufsize == 0 test (see divisible) */
+    unsigned div_shift;
+    /* Statistics: atomics, slow paths only. */
+    uint64_t nr_slabs, nr_objs;     /* slabs held from the page layer, objects in them */
+    uint64_t allocs, frees;         /* folded from exited threads and the shared path */
+};
+
+/* One thread's state for one cache.  The first cache line holds everything
+ * the two fast paths touch. */
+struct slub_cpu {
+    void *freelist;                 /* the active slab's objects owned by this thread */
+    uintptr_t base;                 /* first object of the active slab (0: none) */
+    uintptr_t span;                 /* objects * bufsize of the active slab (0: none) */
+    size_t fp_off;
+    uint64_t div_inv, div_lim;
+    unsigned div_shift;
+    unsigned partial_slabs;         /* length of the cpu partial list */
+    uint64_t allocs, frees;         /* this thread's, folded in at thread exit */
+    struct page_desc *slab;         /* the active slab (frozen), or NULL */
+    struct page_desc *partial;      /* cpu partial slabs (frozen), through slub_slab.next */
+    unsigned cpu_partial_slabs;     /* bound; 0 for the temporary state of an exited thread */
+};
+
+static unsigned slub_min_objects;   /* Linux: 4 * (fls(nr_cpu_ids) + 1) */
+
+/* --- Free pointers --------------------------------------------------------- */
+
+SK_INLINE void set_fp(const struct kmem_cache *cp, void *obj, size_t off, void *next)
+{
+    uintptr_t *loc = (uintptr_t *)((char *)obj + off);
+    *loc = freeptr_encode(cp, next, loc);
+}
+
+SK_INLINE void *get_fp(const struct kmem_cache *cp, void *obj, size_t off)
+{
+    uintptr_t *loc = (uintptr_t *)((char *)obj + off);
+    return freeptr_decode(cp, *loc, loc);
+}
+
+/* off % d == 0 for d = d0 << s (d0 odd) by Granlund and Montgomery's test
+ * (Hacker's Delight 10-17): rotr(off * d0^-1 mod 2^64, s) <= (2^64-1)/d.
+ * One multiply, a rotate and a compare: cheap enough for every free (Linux
+ * obj_to_index uses a reciprocal multiply for the same reason). */
+SK_INLINE bool divisible(uint64_t off, uint64_t inv, unsigned shift, uint64_t lim)
+{
+    uint64_t q = off * inv;
+    q = (q >> shift) | (q << ((64 - shift) & 63));
+    return q <= lim;
+}
+
+static void div_init(size_t d, uint64_t *inv, unsigned *shift, uint64_t *lim)
+{
+    unsigned s = (unsigned)__builtin_ctzll(d);
+    uint64_t d0 = d >> s, x = d0;          /* d0 * d0 == 1 mod 8: 3 correct bits */
+    for (int i = 0; i < 5; i++)            /* Newton: 3 -> 6 -> ... -> 96 bits */
+        x *= 2 - d0 * x;
+    *inv = x;
+    *shift = s;
+    *lim = UINT64_MAX / d;
+}
+
+/* --- Reports ---------------------------------------------------------------- */
+
+SK_COLD SK_NORETURN static void report_double_free(struct kmem_cache *cp, void *obj, const char *where)
+{
+    sk_report_buffer("double free", obj, cp->name, "the object is already %s", where);
+}
+
+SK_COLD SK_NORETURN static void report_interior(struct kmem_cache *cp, void *obj, uintptr_t off)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    sk_report_buffer("free: invalid pointer (not the start of an object)", obj, cp->name,
+                     "it is %zu bytes into object %zu of its slab (objects are %zu bytes)",
+                     (size_t)(off % sc->bufsize), (size_t)(off / sc->bufsize), sc->bufsize);
+}
+
+/* --- Slabs and the page layer ------------------------------------------------ */
+
+/* A new slab, every object free, constructed if there is a constructor, its
+ * objects chained in address order.  Returned frozen with the whole list
+ * taken (*freelist), as Linux's new_slab for ___slab_alloc. */
+static struct page_desc *new_slab(struct kmem_cache *cp, struct slub_cache *sc, int flags, void **freelist)
+{
+    unsigned order = sc->order;
+    void *mem = NULL;
+    if (order > sc->min_order)     /* Linux: try the preferred order without retrying, then oo_min */
+        mem = page_alloc(order, KM_NOSLEEP);
+    if (!mem) {
+        order = sc->min_order;
+        mem = page_alloc(order, flags);
+        if (!mem)
+            return NULL;
+    }
+    struct page_desc *head = page_desc_of(mem);
+    size_t npages = (size_t)1 << order;
+    for (size_t i = 0; i < npages; i++) {
+        head[i].cache = cp;
+        head[i].head = head;
+        head[i].kind = PAGE_SLAB;
+    }
+    unsigned objects = (unsigned)((PAGE_SIZE << order) / sc->bufsize);
+    char *p = mem;
+    if (cp->ctor)
+        for (unsigned i = 0; i < objects; i++)
+            cp->ctor(p + (size_t)i * sc->bufsize, cp->object_size);
+    for (unsigned i = 0; i + 1 < objects; i++)
+        set_fp(cp, p + (size_t)i * sc->bufsize, sc->fp_off, p + (size_t)(i + 1) * sc->bufsize);
+    set_fp(cp, p + (size_t)(objects - 1) * sc->bufsize, sc->fp_off, NULL);
+    struct slub_slab *s = slab_of(head);
+    s->next = s->prev = NULL;
+    s->objects = objects;
+    s->order = order;
+    s->spare = 0;
+    __atomic_store_n(&s->word, w_make(NULL, objects, true), __ATOMIC_RELEASE);
+    __atomic_fetch_add(&sc->nr_slabs, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&sc->nr_objs, objects, __ATOMIC_RELAXED);
+    *freelist = mem;
+    return head;
+}
+
+/* An empty slab, on no list, goes back to the page layer; the destructor
+ * runs on each object (Bonwick: destruct when the slab is destroyed).
+ * Returns the bytes given back. */
+static size_t discard_slab(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *head)
+{
+    struct slub_slab *s = slab_of(head);
+    unsigned order = s->order, objects = s->objects;
+    char *base = page_address(head);
+    if (cp->dtor)
+        for (unsigned i = 0; i < objects; i++)
+            cp->dtor(base + (size_t)i * sc->bufsize, cp->object_size);
+    size_t npages = (size_t)1 << order;
+    for (size_t i = 1; i < npages; i++) {
+        head[i].kind = PAGE_TAIL;
+        head[i].cache = NULL;
+    }
+    head->cache = NULL;
+    memset(head->priv, 0, sizeof head->priv);
+    head->kind = PAGE_USED;
+    __atomic_fetch_sub(&sc->nr_slabs, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&sc->nr_objs, objects, __ATOMIC_RELAXED);
+    page_free(base, order);
+    return npages << PAGE_SHIFT;
+}
+
+/* --- The node partial list (caller holds sc->lock) -------------------------- */
+
+static void add_partial(struct slub_cache *sc, struct page_desc *d)
+{
+    struct slub_slab *s = slab_of(d);
+    s->next = NULL;
+    s->prev = sc->partial_tail;
+    if (sc->partial_tail)
+        slab_of(sc->partial_tail)->next = d;
+    else
+        sc->partial_head = d;
+    sc->partial_tail = d;
+    sc->nr_partial++;
+}
+
+static void remove_partial(struct slub_cache *sc, struct page_desc *d)
+{
+    struct slub_slab *s = slab_of(d);
+    if (s->prev)
+        slab_of(s->prev)->next = s->next;
+    else
+        sc->partial_head = s->next;
+    if (s->next)
+        slab_of(s->next)->prev = s->prev;
+    else
+        sc->partial_tail = s->prev;
+    s->next = s->prev = NULL;
+    sc->nr_partial--;
+}
+
+/* --- Freezing and unfreezing ----------------------------------------------- */
+
+/* The owner takes a frozen slab's shared list (remote frees) whole.  When it
+ * is empty the slab is full: unfreeze it in the same CAS (Linux get_freelist),
+ * so the next free into it hands it to a cpu partial list. */
+static void *take_freelist(struct page_desc *d)
+{
+    struct slub_slab *s = slab_of(d);
+    uint64_t old = w_load(s), new;
+    void *list;
+    do {
+        list = w_ptr(old);
+        new = w_make(NULL, s->objects, list != NULL);
+    } while (!w_cas(s, &old, new));
+    return list;
+}
+
+/* Freeze a slab of the node partial list (caller holds sc->lock and removes
+ * it), taking its list when `take` (Linux acquire_slab). */
+static void *acquire_slab(struct page_desc *d, bool take)
+{
+    struct slub_slab *s = slab_of(d);
+    uint64_t old = w_load(s), new;
+    do {
+        new = take ? w_make(NULL, s->objects, true) : old | W_FROZEN;
+    } while (!w_cas(s, &old, new));
+    return take ? w_ptr(old) : NULL;
+}
+
+/* Unfreeze a list of cpu partial slabs onto the node list; empty ones beyond
+ * min_partial go back to the page layer (Linux unfreeze_partials). */
+static void unfreeze_partials(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *list)
+{
+    struct page_desc *discard = NULL;
+    lock_acquire(&sc->lock);
+    while (list) {
+        struct page_desc *d = list;
+        struct slub_slab *s = slab_of(d);
+        list = s->next;
+        uint64_t old = w_load(s), new;
+        do {
+            new = old & ~W_FROZEN;
+        } while (!w_cas(s, &old, new));
+        if (w_inuse(new) == 0 && sc->nr_partial >= sc->min_partial) {
+            s->next = discard;
+            discard = d;
+        } else {
+            add_partial(sc, d);
+        }
+    }
+    lock_release(&sc->lock);
+    while (discard) {
+        struct page_desc *d = discard;
+        discard = slab_of(d)->next;
+        discard_slab(cp, sc, d);
+    }
+}
+
+/* Give the active slab back: merge the thread's private list into the shared
+ * one and unfreeze in one CAS (remote frees may race), then put the slab
+ * where its new state says (Linux deactivate_slab). */
+static void deactivate_slab(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *d, void *freelist)
+{
+    struct slub_slab *s = slab_of(d);
+    void *tail = NULL;
+    unsigned count = 0;
+    for (void *p = freelist; p; p = get_fp(cp, p, sc->fp_off)) {
+        if (unlikely(++count > s->objects))
+            sk_report_buffer("corrupt free list", p, cp->name,
+                             "the thread's free list of a slab holds more objects than the slab");
+        tail = p;
+    }
+    enum { M_FREE, M_PARTIAL, M_FULL } mode;
+    uint64_t old = w_load(s), new;
+    for (;;) {
+        void *shared = w_ptr(old);
+        unsigned inuse = w_inuse(old) - count;
+        void *head = shared;
+        if (tail) {
+            set_fp(cp, tail, sc->fp_off, shared);
+            head = freelist;
+        }
+        new = w_make(head, inuse, false);
+        if (inuse == 0 && __atomic_load_n(&sc->nr_partial, __ATOMIC_RELAXED) >= sc->min_partial) {
+            mode = M_FREE;
+        } else if (head) {
+            mode = M_PARTIAL;
+            lock_acquire(&sc->lock);
+        } else {
+            mode = M_FULL;
+        }
+        if (w_cas(s, &old, new))
+            break;
+        if (mode == M_PARTIAL)
+            lock_release(&sc->lock);
+    }
+    if (mode == M_PARTIAL) {
+        add_partial(sc, d);
+        lock_release(&sc->lock);
+    } else if (mode == M_FREE) {
+        discard_slab(cp, sc, d);    /* empty and on no list: nobody else can reach it */
+    }
+}
+
+/* Everything a thread holds for cp goes back to the node: the active slab
+ * and the cpu partial slabs; its counters are folded into the cache's. */
+static void cpu_flush(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c)
+{
+    if (c->slab)
+        deactivate_slab(cp, sc, c->slab, c->freelist);
+    c->slab = NULL;
+    c->freelist = NULL;
+    c->base = c->span = 0;
+    if (c->partial)
+        unfreeze_partials(cp, sc, c->partial);
+    c->partial = NULL;
+    c->partial_slabs = 0;
+    __atomic_fetch_add(&sc->allocs, c->allocs, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&sc->frees, c->frees, __ATOMIC_RELAXED);
+    c->allocs = c->frees = 0;
+}
+
+/* A slab freed into by a thread that holds no slab of it goes to that
+ * thread's cpu partial list; a full list is first unfrozen onto the node
+ * (Linux put_cpu_partial). */
+static void put_cpu_partial(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c,
+                            struct page_desc *d)
+{
+    if (c->partial_slabs >= c->cpu_partial_slabs) {
+        struct page_desc *list = c->partial;
+        c->partial = NULL;
+        c->partial_slabs = 0;
+        unfreeze_partials(cp, sc, list);
+    }
+    slab_of(d)->next = c->partial;
+    c->partial = d;
+    c->partial_slabs++;
+}
+
+SK_INLINE void cpu_set_slab(struct slub_cache *sc, struct slub_cpu *c, struct page_desc *d)
+{
+    c->slab = d;
+    c->base = (uintptr_t)page_address(d);
+    c->span = (uintptr_t)slab_of(d)->objects * sc->bufsize;
+}
+
+/* --- Allocation ------------------------------------------------------------ */
+
+/* Node partial slabs: the first becomes the active slab (its list is
+ * returned), more fill the cpu partial list up to half its bound (Linux
+ * get_partial_node).  NULL if the node has none. */
+static void *get_partial(struct slub_cache *sc, struct slub_cpu *c)
+{
+    if (__atomic_load_n(&sc->nr_partial, __ATOMIC_RELAXED) == 0)
+        return NULL;             /* racy peek, as Linux does: a miss only costs a new slab */
+    void *freelist = NULL;
+    unsigned taken = 0;
+    lock_acquire(&sc->lock);
+    struct page_desc *d = sc->partial_head;
+    while (d) {
+        struct page_desc *next = slab_of(d)->next;
+        remove_partial(sc, d);
+        if (!freelist) {
+            freelist = acquire_slab(d, true);
+            cpu_set_slab(sc, c, d);
+        } else {
+            acquire_slab(d, false);
+            slab_of(d)->next = c->partial;
+            c->partial = d;
+            c->partial_slabs++;
+            taken++;
+        }
+        if (c->cpu_partial_slabs == 0 || taken > c->cpu_partial_slabs / 2)
+            break;
+        d = next;
+    }
+    lock_release(&sc->lock);
+    return freelist;
+}
+
+/* The thread's private list is empty (Linux ___slab_alloc): the active slab's
+ * remote frees, then the cpu partial slabs, then the node, then a new slab. */
+static void *alloc_refill(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c, int flags)
+{
+    void *obj;
+    for (;;) {
+        if (c->slab) {
+            obj = take_freelist(c->slab);
+            if (obj)
+                break;
+            c->slab = NULL;                /* full: unfrozen by take_freelist, on no list */
+            c->base = c->span = 0;
+        }
+        if (c->partial) {
+            struct page_desc *d = c->partial;
+            c->partial = slab_of(d)->next;
+            c->partial_slabs--;
+            cpu_set_slab(sc, c, d);
+            continue;
+        }
+        obj = get_partial(sc, c);
+        if (obj)
+            break;
+        struct page_desc *d = new_slab(cp, sc, flags, &obj);
+        if (!d)
+            return NULL;
+        cpu_set_slab(sc, c, d);
+        break;
+    }
+    c->freelist = get_fp(cp, obj, sc->fp_off);
+    c->allocs++;
+    return obj;
+}
+
+static void cpu_init(struct slub_cache *sc, struct slub_cpu *c)
+{
+    c->fp_off = sc->fp_off;
+    c->div_inv = sc->div_inv;
+    c->div_lim = sc->div_lim;
+    c->div_shift = sc->div_shift;
+    c->cpu_partial_slabs = sc->cpu_partial_slabs;
+}
+
+/* This thread's state for cp, created on first use; NULL if the thread has
+ * exited (or the internal allocator is out of memory). */
+static struct slub_cpu *cpu_create(struct kmem_cache *cp)
+{
+    void **slot = cache_cpu_slot(cp);
+    if (!slot)
+        return NULL;
+    struct slub_cpu *c = cache_internal_alloc(sizeof *c);
+    if (!c)
+        return NULL;
+    cpu_init(cache_priv(cp), c);
+    *slot = c;
+    return c;
+}
+
+/* No per-thread state (an exited thread's destructors): a temporary one on
+ * the stack, with no cpu partial list, given back at once. */
+static void *alloc_shared(struct kmem_cache *cp, struct slub_cache *sc, int flags)
+{
+    struct slub_cpu tmp;
+    memset(&tmp, 0, sizeof tmp);
+    cpu_init(sc, &tmp);
+    tmp.cpu_partial_slabs = 0;
+    void *obj = alloc_refill(cp, sc, &tmp, flags);
+    cpu_flush(cp, sc, &tmp);
+    return obj;
+}
+
+SK_NOINLINE static void *slub_alloc_slow(struct kmem_cache *cp, struct slub_cpu *c, int flags)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    if (!c) {
+        c = cpu_create(cp);
+        if (!c)
+            return alloc_shared(cp, sc, flags);
+    }
+    return alloc_refill(cp, sc, c, flags);
+}
+
+/* Fast path: TLS load, slot load, pop with the obfuscated next pointer. */
+static void *slub_alloc(struct kmem_cache *cp, int flags)
+{
+    struct slub_cpu *c = cache_cpu(cp);
+    if (likely(c != NULL)) {
+        void *obj = c->freelist;
+        if (likely(obj != NULL)) {
+            c->freelist = get_fp(cp, obj, c->fp_off);
+            c->allocs++;
+            return obj;
+        }
+    }
+    return slub_alloc_slow(cp, c, flags);
+}
+
+/* --- Free ------------------------------------------------------------------- */
+
+/* A free into a slab that is not the thread's active one: push on the slab's
+ * shared list by CAS (Linux __slab_free).  A full unfrozen slab becomes this
+ * thread's cpu partial slab; an unfrozen slab that empties goes back to the
+ * page layer if the node keeps min_partial others. */
+static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c,
+                      struct page_desc *d, void *obj)
+{
+    struct slub_slab *s = slab_of(d);
+    bool locked = false, was_frozen;
+    void *prior;
+    unsigned inuse;
+    uint64_t old = w_load(s), new;
+    for (;;) {
+        if (locked) {
+            lock_release(&sc->lock);
+            locked = false;
+        }
+        prior = w_ptr(old);
+        was_frozen = (old & W_FROZEN) != 0;
+        if (unlikely(prior == obj))
+            report_double_free(cp, obj, "at the head of its slab's free list");
+        if (unlikely(w_inuse(old) == 0))
+            report_double_free(cp, obj, "free: every object of its slab is free");
+        inuse = w_inuse(old) - 1;
+        set_fp(cp, obj, sc->fp_off, prior);
+        new = w_make(obj, inuse, was_frozen);
+        if (!was_frozen && (inuse == 0 || !prior)) {
+            if (c && !prior) {
+                new |= W_FROZEN;       /* it goes to our cpu partial list */
+            } else {
+                lock_acquire(&sc->lock);
+                locked = true;
+            }
+        }
+        if (w_cas(s, &old, new))
+            break;
+    }
+    if (!locked) {
+        if (!was_frozen && (new & W_FROZEN))
+            put_cpu_partial(cp, sc, c, d);
+        return;
+    }
+    if (inuse == 0 && sc->nr_partial >= sc->min_partial) {
+        if (prior)
+            remove_partial(sc, d);
+        lock_release(&sc->lock);
+        discard_slab(cp, sc, d);
+        return;
+    }
+    if (!prior)
+        add_partial(sc, d);
+    lock_release(&sc->lock);
+}
+
+SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    struct page_desc *d = page_desc_of(obj)->head;
+    uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(d);
+    if (unlikely(off >= (uintptr_t)slab_of(d)->objects * sc->bufsize ||
+                 !divisible(off, sc->div_inv, sc->div_shift, sc->div_lim)))
+        report_interior(cp, obj, off);
+    if (!c)
+        c = cpu_create(cp);
+    if (c)
+        c->frees++;
+    else
+        __atomic_fetch_add(&sc->frees, 1, __ATOMIC_RELAXED);
+    slab_free(cp, sc, c, d, obj);
+}
+
+SK_COLD SK_NORETURN static void slub_free_bad(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
+{
+    uintptr_t off = (uintptr_t)obj - c->base;
+    if (obj == c->freelist)
+        report_double_free(cp, obj, "at the head of the thread's free list");
+    report_interior(cp, obj, off);
+}
+
+/* Fast path: an object of the thread's active slab is pushed on its private
+ * list; the range test, the interior-pointer test and the immediate double
+ * free test are a subtract, a multiply, a rotate and three compares. */
+static void slub_free(struct kmem_cache *cp, void *obj)
+{
+    struct slub_cpu *c = cache_cpu(cp);
+    if (likely(c != NULL)) {
+        uintptr_t off = (uintptr_t)obj - c->base;
+        if (likely(off < c->span)) {
+            void *head = c->freelist;
+            if (unlikely(!divisible(off, c->div_inv, c->div_shift, c->div_lim) || obj == head))
+                slub_free_bad(cp, c, obj);
+            set_fp(cp, obj, c->fp_off, head);
+            c->freelist = obj;
+            c->frees++;
+            return;
+        }
+    }
+    slub_free_slow(cp, c, obj);
+}
+
+/* --- Cache set-up and tear-down ---------------------------------------------- */
+
+static void slub_init(void)
+{
+    unsigned n = os_ncpu();
+    unsigned fls = n ? 32 - (unsigned)__builtin_clz(n) : 0;
+    slub_min_objects = 4 * (fls + 1);      /* Linux calculate_order */
+}
+
+/* Linux: slub_max_order defaults to PAGE_ALLOC_COSTLY_ORDER (3). */
+#define SLUB_MAX_ORDER 3
+
+SK_INLINE unsigned get_order(size_t bytes)
+{
+    return order_for_pages(ALIGN_UP(bytes, PAGE_SIZE) >> PAGE_SHIFT);
+}
+
+/* Smallest order in [get_order(min_objects * size), max_order] whose
+ * leftover is at most 1/fraction of the slab; max_order + 1 if none
+ * (Linux calc_slab_order). */
+static unsigned calc_slab_order(size_t size, unsigned min_objects, unsigned max_order, unsigned fraction)
+{
+    for (unsigned order = get_order((size_t)min_objects * size); order <= max_order; order++) {
+        size_t slab = PAGE_SIZE << order;
+        if (slab / size >= min_objects && slab % size <= slab / fraction)
+            return order;
+    }
+    return max_order + 1;
+}
+
+/* Linux calculate_order: try fewer objects and looser waste limits until a
+ * slab of at most SLUB_MAX_ORDER fits; else the order of one object. */
+static unsigned calculate_order(size_t size)
+{
+    unsigned max_objects = (unsigned)((PAGE_SIZE << SLUB_MAX_ORDER) / size);
+    unsigned min_objects = slub_min_objects < max_objects ? slub_min_objects : max_objects;
+    for (; min_objects > 1; min_objects--)
+        for (unsigned fraction = 16; fraction >= 4; fraction /= 2) {
+            unsigned order = calc_slab_order(size, min_objects, SLUB_MAX_ORDER, fraction);
+            if (order <= SLUB_MAX_ORDER)
+                return order;
+        }
+    unsigned order = calc_slab_order(size, 1, SLUB_MAX_ORDER, 1);
+    if (order <= SLUB_MAX_ORDER)
+        return order;
+    return get_order(size);
+}
+
+static int slub_cache_init(struct kmem_cache *cp)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    memset(sc, 0, sizeof *sc);
+    size_t size = cp->size, align = cp->align;
+    if (cp->ctor || cp->dtor || (cp->flags & CACHE_FREEPTR_OUTSIDE)) {
+        /* Constructed state is never touched while free: the pointer goes after. */
+        sc->fp_off = ALIGN_UP(size, sizeof(void *));
+        sc->bufsize = ALIGN_UP(sc->fp_off + sizeof(void *), align);
+    } else {
+        /* Linux 5.7+: mid-object, so a small overflow from the previous
+         * object does not reach it. */
+        sc->fp_off = ALIGN_DOWN(size / 2, sizeof(void *));
+        sc->bufsize = ALIGN_UP(size < sizeof(void *) ? sizeof(void *) : size, align);
+    }
+    sc->order = calculate_order(sc->bufsize);
+    sc->min_order = get_order(sc->bufsize);
+    if (sc->order > MAX_ORDER || sc->min_order > MAX_ORDER) {
+        sk_warn("kmem_cache_create(%s): objects of %zu bytes do not fit a slab of order %u",
+                cp->name, sc->bufsize, MAX_ORDER);
+        return -1;
+    }
+    sc->objects = (unsigned)((PAGE_SIZE << sc->order) / sc->bufsize);
+    if (sc->objects > W_INUSE_MAX) {
+        sk_warn("kmem_cache_create(%s): %u objects per slab exceed SLUB's counter (%u)",
+                cp->name, sc->objects, W_INUSE_MAX);
+        return -1;
+    }
+    /* Linux: min_partial = ilog2(size) / 2 clamped to [MIN_PARTIAL 5, MAX_PARTIAL 10]. */
+    unsigned mp = (63 - (unsigned)__builtin_clzll(sc->bufsize)) / 2;
+    sc->min_partial = mp < 5 ? 5 : mp > 10 ? 10 : mp;
+    /* Linux set_cpu_partial (6.x): objects kept on a cpu partial list, turned
+     * into slabs as DIV_ROUND_UP(objects * 2, objects per slab). */
+    sc->cpu_partial = sc->bufsize >= PAGE_SIZE ? 6 : sc->bufsize >= 1024 ? 24 : sc->bufsize >= 256 ? 52 : 120;
+    sc->cpu_partial_slabs = (sc->cpu_partial * 2 + sc->objects - 1) / sc->objects;
+    div_init(sc->bufsize, &sc->div_inv, &sc->div_shift, &sc->div_lim);
+    return 0;
+}
+
+static void slub_cache_fini(struct kmem_cache *cp)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    /* Every thread's state is flushed: each slab left is unfrozen, on the
+     * node list if it has a free object, else full and on no list. */
+    lock_acquire(&sc->lock);
+    uint64_t free_objs = 0;
+    for (struct page_desc *d = sc->partial_head; d; d = slab_of(d)->next)
+        free_objs += slab_of(d)->objects - w_inuse(w_load(slab_of(d)));
+    uint64_t held = __atomic_load_n(&sc->nr_objs, __ATOMIC_RELAXED);
+    if (free_objs != held) {
+        lock_release(&sc->lock);
+        sk_fatal("kmem_cache_destroy(%s): %lu objects still allocated", cp->name,
+                 (unsigned long)(held - free_objs));
+    }
+    struct page_desc *list = sc->partial_head;
+    sc->partial_head = sc->partial_tail = NULL;
+    sc->nr_partial = 0;
+    lock_release(&sc->lock);
+    while (list) {
+        struct page_desc *d = list;
+        list = slab_of(d)->next;
+        discard_slab(cp, sc, d);
+    }
+}
+
+/* --- Per-thread hand-back, reclaim, statistics, fork --------------------------- */
+
+static void slub_thread_exit(struct kmem_cache *cp, void *cpu)
+{
+    struct slub_cpu *c = cpu;
+    cpu_flush(cp, cache_priv(cp), c);
+    cache_internal_free(c, sizeof *c);
+}
+
+/* Linux kmem_cache_shrink: every empty slab on the node list goes back (none
+ * kept).  Threads' active and cpu partial slabs are theirs (bounded by
+ * 1 + cpu_partial_slabs) until they exit: another thread cannot touch them. */
+static size_t slub_reap(struct kmem_cache *cp)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    struct page_desc *discard = NULL;
+    lock_acquire(&sc->lock);
+    for (struct page_desc *d = sc->partial_head, *next; d; d = next) {
+        next = slab_of(d)->next;
+        if (w_inuse(w_load(slab_of(d))) == 0) {    /* stable: no object to free, acquiring needs the lock */
+            remove_partial(sc, d);
+            slab_of(d)->next = discard;
+            discard = d;
+        }
+    }
+    lock_release(&sc->lock);
+    size_t bytes = 0;
+    while (discard) {
+        struct page_desc *d = discard;
+        discard = slab_of(d)->next;
+        bytes += discard_slab(cp, sc, d);
+    }
+    return bytes;
+}
+
+/* Exact once every other thread has exited (their counters are folded);
+ * a live thread's counters are read without synchronisation. */
+static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    uint64_t allocs = __atomic_load_n(&sc->allocs, __ATOMIC_RELAXED);
+    uint64_t frees = __atomic_load_n(&sc->frees, __ATOMIC_RELAXED);
+    lock_acquire(&thread_list_lock);
+    for (struct sk_thread *t = thread_list; t; t = t->next) {
+        void **slot = cp->id < THREAD_CPU_INLINE ? &t->cpu[cp->id]
+                    : cp->id - THREAD_CPU_INLINE < t->cpu_more_len ? &t->cpu_more[cp->id - THREAD_CPU_INLINE]
+                    : NULL;
+        struct slub_cpu *c = slot ? __atomic_load_n((struct slub_cpu **)slot, __ATOMIC_ACQUIRE) : NULL;
+        if (c) {
+            allocs += __atomic_load_n(&c->allocs, __ATOMIC_RELAXED);
+            frees += __atomic_load_n(&c->frees, __ATOMIC_RELAXED);
+        }
+    }
+    lock_release(&thread_list_lock);
+    uint64_t node_free = 0, empty = 0;
+    lock_acquire(&sc->lock);
+    for (struct page_desc *d = sc->partial_head; d; d = slab_of(d)->next) {
+        unsigned inuse = w_inuse(w_load(slab_of(d)));
+        node_free += slab_of(d)->objects - inuse;
+        empty += inuse == 0;
+    }
+    uint64_t slabs = __atomic_load_n(&sc->nr_slabs, __ATOMIC_RELAXED);
+    uint64_t objs = __atomic_load_n(&sc->nr_objs, __ATOMIC_RELAXED);
+    lock_release(&sc->lock);
+    uint64_t active = allocs > frees ? allocs - frees : 0;
+    if (active > objs)
+        active = objs;
+    out->buffer_size = sc->bufsize;
+    out->objs_per_slab = sc->objects;
+    out->pages_per_slab = (uint64_t)1 << sc->order;
+    out->num_slabs = slabs;
+    out->active_slabs = slabs - empty;      /* a thread's slab that is all free still counts */
+    out->num_objs = objs;
+    out->active_objs = active;
+    out->allocs = allocs;
+    out->frees = frees;
+    /* Free objects not on the node list are held by threads (active and cpu
+     * partial slabs, including what was freed into them remotely). */
+    out->cached_objs = objs > active + node_free ? objs - active - node_free : 0;
+    out->limit = sc->cpu_partial;           /* the cpu partial bound, in objects (Linux s->cpu_partial) */
+    out->batchcount = 0;                    /* SLUB moves whole slabs, not batches */
+}
+
+static void slub_fork_prepare(struct kmem_cache *cp) { lock_acquire(&((struct slub_cache *)cache_priv(cp))->lock); }
+static void slub_fork_parent(struct kmem_cache *cp) { lock_release(&((struct slub_cache *)cache_priv(cp))->lock); }
+static void slub_fork_child(struct kmem_cache *cp) { lock_reset(&((struct slub_cache *)cache_priv(cp))->lock); }
+
+const struct design_ops slub_design = {
+    .name = "slub",
+    .cache_priv_size = sizeof(struct slub_cache),
+    .init = slub_init,
+    .cache_init = slub_cache_init,
+    .cache_fini = slub_cache_fini,
+    .alloc = slub_alloc,
+    .free = slub_free,
+    .reap = slub_reap,
+    .thread_exit = slub_thread_exit,
+    .stats = slub_stats,
+    .fork_prepare = slub_fork_prepare,
+    .fork_parent = slub_fork_parent,
+    .fork_child = slub_fork_child,
+};

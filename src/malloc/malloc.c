@@ -1,0 +1,311 @@
+/* malloc.c — the malloc family over the kmalloc layer: the slow paths behind
+ * the inline fast paths of malloc_int.h, and the glibc extras (malloc_trim,
+ * mallinfo2, mallopt, malloc_stats, malloc_info) with honest meanings.
+ *
+ * Where a block comes from: up to 32 KiB from the generic caches of the active
+ * design (16-byte rounded class); up to 4 MiB (2^MAX_ORDER pages) exact pages
+ * from the page layer (PAGE_LARGE); beyond, a mapping of its own from the OS
+ * (huge.c).  Aligned requests go through cache_kmalloc, which picks a class
+ * whose objects are aligned enough or asks the page layer for an aligned block.
+ *
+ * Failure: every NULL comes with errno = ENOMEM (EINVAL for bad alignments),
+ * after one reap of every cache and the page layer and one retry.
+ * No lock of its own: the layers below are thread-safe. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <malloc.h>
+#include "malloc_int.h"
+#include "../kmem/debug.h"
+#include "../core/report.h"
+
+struct kmem_cache *malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
+struct kmem_cache *malloc_mid[(MALLOC_MID_MAX >> 8) + 1];
+
+/* The generic class for size (16-byte rounded), or NULL when the generic
+ * caches do not serve this size or this process (SLOB, debug). */
+SK_INLINE struct kmem_cache *class_of(size_t size)
+{
+    if (size <= MALLOC_SMALL_MAX)
+        return malloc_small[(size + 15) >> 4];
+    if (size <= MALLOC_MID_MAX)
+        return malloc_mid[(size + 255) >> 8];
+    return NULL;
+}
+
+/* One attempt, no reap. */
+static void *alloc_once(size_t size)
+{
+    struct kmem_cache *cp = class_of(size);
+    if (cp)
+        return sk_design.alloc(cp, KM_NOSLEEP);
+    return cache_kmalloc(size, MALLOC_ALIGN, KM_NOSLEEP);
+}
+
+SK_COLD static void *nomem(void)
+{
+    errno = ENOMEM;
+    return NULL;
+}
+
+/* Sizes the OS could plausibly give: a failure on these is worth a reap. */
+#define REAP_WORTHY ((size_t)1 << 40)
+
+SK_NOINLINE void *malloc_slow(size_t size)
+{
+    if (unlikely(!malloc_ready) && !malloc_init())
+        return boot_alloc(size, MALLOC_ALIGN);
+    if (unlikely(size > MALLOC_MAX_REQUEST))
+        return nomem();
+    void *p = alloc_once(size);
+    if (unlikely(!p)) {
+        if (size > REAP_WORTHY)
+            return nomem();
+        cache_reap_all();
+        p = alloc_once(size);
+        if (!p)
+            return nomem();
+    }
+    return p;
+}
+
+/* align: a power of two.  Up to 16 it is plain malloc. */
+void *malloc_aligned(size_t align, size_t size)
+{
+    if (align <= MALLOC_ALIGN)
+        return malloc_fast(size);
+    if (unlikely(!malloc_ready) && !malloc_init())
+        return boot_alloc(size, align);
+    if (unlikely(size > MALLOC_MAX_REQUEST || align > MALLOC_MAX_REQUEST / 2 + 1))
+        return nomem();
+    void *p = cache_kmalloc(size, align, KM_NOSLEEP);
+    if (unlikely(!p)) {
+        if (size > REAP_WORTHY || align > REAP_WORTHY)
+            return nomem();
+        cache_reap_all();
+        p = cache_kmalloc(size, align, KM_NOSLEEP);
+        if (!p)
+            return nomem();
+    }
+    return p;
+}
+
+void *malloc_calloc(size_t n, size_t size)
+{
+    size_t total;
+    if (unlikely(__builtin_mul_overflow(n, size, &total)))
+        return nomem();
+    void *p = malloc_fast(total);
+    if (unlikely(!p))
+        return NULL;
+    /* Blocks beyond the page layer's largest order are fresh mappings from
+     * the OS, already zero: writing them would only fault every page in (as
+     * glibc skips the memset for its mmapped chunks).  The debug layer may
+     * have poisoned or guarded the block, so it is always cleared then. */
+    if (total > (PAGE_SIZE << MAX_ORDER) && !debug_on && !page_desc_of(p) && !boot_owns(p) && huge_size(p))
+        return p;
+    memset(p, 0, total);
+    return p;
+}
+
+SK_COLD SK_NORETURN static void bad_pointer(const char *fn, const void *p)
+{
+    struct page_desc *d = page_desc_of(p);
+    sk_report_buffer(fn, p, NULL, "%s",
+                     !d ? "the address was never handed out by slabkit (foreign pointer, or already freed)"
+                        : d->kind == PAGE_FREE || d->kind == PAGE_LAZY ? "the page holding it is free (double free?)"
+                        : "it is not the start of a block slabkit handed out (interior pointer?)");
+}
+
+size_t malloc_usable(const void *p)
+{
+    if (!p)
+        return 0;
+    struct page_desc *d = page_desc_of(p);
+    if (likely(d != NULL && d->kind == PAGE_SLAB && !debug_on))
+        return d->cache->object_size;
+    if (unlikely(boot_owns(p)))
+        return boot_usable(p);
+    return cache_ksize(p);
+}
+
+/* Growing a block beyond the generic classes moves it (there is no in-place
+ * growth in the page layer); asking for 1/8 more than needed makes a buffer
+ * grown by small steps move O(log n) times instead of once per page, for at
+ * most 12.5% slack on blocks that were grown by realloc. */
+static size_t grow_target(size_t size)
+{
+    if (size <= MALLOC_MID_MAX || size > MALLOC_MAX_REQUEST - size / 8)
+        return size;
+    return size + size / 8;
+}
+
+void *malloc_realloc(void *p, size_t size)
+{
+    if (!p)
+        return malloc_fast(size);
+    if (size == 0) {                   /* glibc: frees and returns NULL */
+        free_fast(p);
+        return NULL;
+    }
+    size_t have = malloc_usable(p);
+    if (unlikely(have == 0))
+        bad_pointer("realloc: invalid pointer", p);
+    if (unlikely(boot_owns(p))) {      /* bootstrap memory is never freed */
+        void *q = malloc_fast(size);
+        if (q)
+            memcpy(q, p, have < size ? have : size);
+        return q;
+    }
+    /* In place when it fits and does not strand more than half the block. */
+    if (size <= have) {
+        if (size >= have / 2 || have <= 32)
+            return p;
+    }
+    if (unlikely(size > MALLOC_MAX_REQUEST))
+        return nomem();
+    void *q = NULL;
+    if (size > have)
+        q = malloc_fast(grow_target(size));
+    if (!q)
+        q = malloc_fast(size);
+    if (unlikely(!q))
+        return NULL;                   /* errno set; the old block is untouched */
+    memcpy(q, p, have < size ? have : size);
+    free_fast(p);
+    return q;
+}
+
+SK_NOINLINE void free_slow(void *p)
+{
+    if (!p)
+        return;
+    if (unlikely(boot_owns(p)))        /* start-up allocations are kept */
+        return;
+    cache_kfree(p);                    /* large, huge, SLOB; reports bad pointers */
+}
+
+/* --- glibc extras -------------------------------------------------------- */
+
+/* malloc_trim(pad): reaps every cache (free slabs beyond each design's working
+ * set, idle per-thread layers the design allows) and purges the page layer's
+ * free memory now (madvise per SLABKIT_RETURN).  pad is ignored: nothing is
+ * kept "at the top" in slabkit.  Returns 1 if memory was released. */
+int malloc_trim_impl(size_t pad)
+{
+    (void)pad;
+    if (!malloc_ready && !malloc_init())
+        return 0;
+    return cache_reap_all() > 0;
+}
+
+struct usage { uint64_t free_bytes, used_bytes, free_objs; };
+
+static void add_cache(const struct slabkit_cache_stats *st, void *arg)
+{
+    struct usage *u = arg;
+    uint64_t free_objs = st->num_objs > st->active_objs ? st->num_objs - st->active_objs : 0;
+    u->free_bytes += free_objs * st->buffer_size;
+    u->free_objs += free_objs;
+}
+
+/* mallinfo2, with slabkit's meanings (docs/malloc.md):
+ *   arena    bytes of frames the page layer holds from the OS (all regions)
+ *   ordblks  free blocks in the page layer (all orders)
+ *   smblks   free objects cached in slabs and per-thread layers
+ *   hblks    0 (huge blocks are not counted live)
+ *   hblkhd   bytes in live huge blocks (straight from the OS)
+ *   usmblks  0 (glibc: always 0 too)
+ *   fsmblks  bytes of those free objects
+ *   uordblks bytes in use: held frames that are neither free in the page
+ *            layer nor free objects in slabs (includes slab and page-rounding
+ *            waste and the library's own bookkeeping), plus huge blocks
+ *   fordblks bytes free: free pages (buddy and lazy lists) plus free objects
+ *   keepcost 0 */
+struct mallinfo2 mallinfo2_impl(void)
+{
+    struct mallinfo2 mi;
+    memset(&mi, 0, sizeof mi);
+    if (!malloc_ready && !malloc_init())
+        return mi;
+    struct slabkit_page_stats ps;
+    slabkit_page_stats(&ps);
+    struct usage u = { 0, 0, 0 };
+    slabkit_cache_foreach(add_cache, &u);
+    uint64_t held = ps.pages_held * PAGE_SIZE;
+    uint64_t free_pages = (ps.pages_free + ps.pages_lazy) * PAGE_SIZE;
+    uint64_t used = held > free_pages + u.free_bytes ? held - free_pages - u.free_bytes : 0;
+    mi.arena = held;
+    for (unsigned o = 0; o <= MAX_ORDER; o++)
+        mi.ordblks += ps.free_per_order[o];
+    mi.smblks = u.free_objs;
+    mi.hblkhd = ps.huge_bytes;
+    mi.fsmblks = u.free_bytes;
+    mi.uordblks = used + ps.huge_bytes;
+    mi.fordblks = free_pages + u.free_bytes;
+    return mi;
+}
+
+/* The old interface: the same figures clamped to int (glibc truncates). */
+struct mallinfo mallinfo_impl(void)
+{
+    struct mallinfo2 m2 = mallinfo2_impl();
+    struct mallinfo m;
+#define CLAMP(x) ((x) > (size_t)INT32_MAX ? INT32_MAX : (int)(x))
+    m.arena = CLAMP(m2.arena);
+    m.ordblks = CLAMP(m2.ordblks);
+    m.smblks = CLAMP(m2.smblks);
+    m.hblks = CLAMP(m2.hblks);
+    m.hblkhd = CLAMP(m2.hblkhd);
+    m.usmblks = CLAMP(m2.usmblks);
+    m.fsmblks = CLAMP(m2.fsmblks);
+    m.uordblks = CLAMP(m2.uordblks);
+    m.fordblks = CLAMP(m2.fordblks);
+    m.keepcost = CLAMP(m2.keepcost);
+#undef CLAMP
+    return m;
+}
+
+/* mallopt: glibc's parameters are accepted (return 1) and have no effect —
+ * slabkit has no top chunk, no mmap threshold (blocks beyond 4 MiB are always
+ * mapped), no arenas; memory return is governed by SLABKIT_RETURN and
+ * SLABKIT_RETURN_DELAY_MS.  Unknown parameters return 0, as glibc does. */
+int malloc_opt(int param, int value)
+{
+    (void)value;
+    switch (param) {
+    case M_MXFAST: case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_THRESHOLD:
+    case M_MMAP_MAX: case M_CHECK_ACTION: case M_PERTURB: case M_ARENA_TEST: case M_ARENA_MAX:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* malloc_stats: slabkit's statistics (slabinfo and the page layer) on stderr. */
+void malloc_stats_impl(void)
+{
+    if (!malloc_ready && !malloc_init())
+        return;
+    slabkit_stats_print(2);
+}
+
+/* malloc_info: a small XML document with the mallinfo2 figures (the user
+ * asked for stdio output, so fprintf is fine here: we are initialised and hold
+ * no lock). */
+int malloc_info_impl(int options, FILE *fp)
+{
+    if (options != 0 || !fp) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct mallinfo2 m = mallinfo2_impl();
+    fprintf(fp, "<malloc version=\"slabkit-1\">\n"
+                "<total type=\"arena\" size=\"%zu\"/>\n"
+                "<total type=\"inuse\" size=\"%zu\"/>\n"
+                "<total type=\"free\" count=\"%zu\" size=\"%zu\"/>\n"
+                "<total type=\"cached\" count=\"%zu\" size=\"%zu\"/>\n"
+                "<total type=\"mmap\" count=\"0\" size=\"%zu\"/>\n"
+                "</malloc>\n",
+            m.arena, m.uordblks, m.ordblks, m.fordblks, m.smblks, m.fsmblks, m.hblkhd);
+    return 0;
+}

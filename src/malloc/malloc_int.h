@@ -1,0 +1,94 @@
+/* malloc_int.h — private to src/malloc: the fast paths of the malloc family
+ * (inline, so override.c's exported symbols compile to them directly), the
+ * size-class lookup tables, and the bootstrap arena.
+ *
+ * Size classes: requests are rounded up to 16 bytes (malloc's alignment
+ * promise, max_align_t) before the lookup.  malloc_small[] maps (size+15)>>4
+ * straight to the generic cache (one load instead of index + cache load);
+ * malloc_mid[] maps (size+255)>>8 for 1 KiB..32 KiB (classes there are
+ * multiples of 256).  Both tables stay NULL until the core is initialised and
+ * whenever the design (SLOB) or the debug layer overrides kmalloc: a NULL
+ * entry sends the request to the slow path, so "not ready" and "not the
+ * generic caches" cost the fast path nothing beyond the table load.
+ *
+ * Invariants: every pointer malloc hands out is 16-byte aligned, and its
+ * usable size (malloc_usable_size) is at least the size asked for. */
+#ifndef SK_MALLOC_INT_H
+#define SK_MALLOC_INT_H
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <string.h>
+#include "../kmem/cache.h"
+
+#define MALLOC_ALIGN      16
+#define MALLOC_SMALL_MAX  1024u
+#define MALLOC_MID_MAX    KMALLOC_MAX       /* 32 KiB: the largest generic class */
+/* Larger than this is refused at once (glibc refuses > PTRDIFF_MAX too). */
+#define MALLOC_MAX_REQUEST ((size_t)PTRDIFF_MAX)
+
+extern struct kmem_cache *malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
+extern struct kmem_cache *malloc_mid[(MALLOC_MID_MAX >> 8) + 1];
+/* True once malloc_init has run to the end (tables filled if they apply). */
+extern bool malloc_ready;
+
+/* malloc.c: the slow paths. */
+void *malloc_slow(size_t size);
+void  free_slow(void *p);
+void *malloc_aligned(size_t align, size_t size);     /* align: power of two */
+void *malloc_calloc(size_t n, size_t size);
+void *malloc_realloc(void *p, size_t size);
+size_t malloc_usable(const void *p);
+int malloc_trim_impl(size_t pad);
+struct mallinfo2 mallinfo2_impl(void);
+struct mallinfo mallinfo_impl(void);
+int malloc_opt(int param, int value);
+void malloc_stats_impl(void);
+int malloc_info_impl(int options, FILE *fp);
+
+/* init.c: start-up and the bootstrap arena.  malloc_init returns false when
+ * called re-entrantly by the initialising thread itself (the caller must then
+ * use the bootstrap arena). */
+bool malloc_init(void);
+void *boot_alloc(size_t size, size_t align);
+size_t boot_usable(const void *p);
+extern char boot_arena[];
+#define BOOT_ARENA_SIZE ((size_t)256 << 10)
+
+SK_INLINE bool boot_owns(const void *p)
+{
+    return (uintptr_t)p - (uintptr_t)boot_arena < BOOT_ARENA_SIZE;
+}
+
+/* malloc(size), sizes up to 1 KiB: one table load, the design's alloc through
+ * sk_design (one indirect call), done.  About 10 instructions before the
+ * design's own fast path. */
+SK_INLINE void *malloc_fast(size_t size)
+{
+    if (likely(size <= MALLOC_SMALL_MAX)) {
+        struct kmem_cache *cp = malloc_small[(size + 15) >> 4];
+        if (likely(cp != NULL)) {
+            void *p = sk_design.alloc(cp, KM_NOSLEEP);
+            if (likely(p != NULL))
+                return p;
+        }
+    }
+    return malloc_slow(size);
+}
+
+/* free(p): the page descriptor names the owner (O(1)); a slab page goes
+ * straight to the design, which checks the pointer starts an object and is
+ * not an immediate double free.  Everything else (NULL, large and huge
+ * blocks, SLOB pages, bootstrap memory, bad pointers) is the slow path. */
+SK_INLINE void free_fast(void *p)
+{
+    struct page_desc *d = page_desc_of(p);
+    if (likely(d != NULL && d->kind == PAGE_SLAB)) {
+        sk_design.free(d->cache, p);
+        return;
+    }
+    free_slow(p);
+}
+
+#endif

@@ -1,0 +1,30 @@
+/* os.h — every system call the page layer makes, and nothing else: address
+ * space reservation (aligned mmap), release, purging (madvise), the coarse
+ * clock and the CPU count.  All return failure instead of aborting: running
+ * out of memory is the caller's decision (KM_NOSLEEP returns NULL). */
+#ifndef SK_OS_H
+#define SK_OS_H
+
+#include "../core/common.h"
+
+/* Checks the OS page size once; aborts with a clear message if the OS pages
+ * are larger than the 4 KiB frames (madvise could not work per frame). */
+void os_init(void);
+
+/* A mapping of size bytes aligned to align (a power of two >= the OS page),
+ * read-write, zero-filled; NULL if the OS refuses.  noreserve: reserve address
+ * space only (MAP_NORESERVE), committed as it is touched. */
+void *os_map_aligned(size_t size, size_t align, bool noreserve);
+void os_unmap(void *p, size_t size);
+
+/* Give the memory behind [p, p+size) back: MADV_DONTNEED (RSS drops now) or
+ * MADV_FREE (the kernel takes it when it needs it).  dontneed selects which. */
+bool os_purge(void *p, size_t size, bool dontneed);
+
+/* Milliseconds from CLOCK_MONOTONIC_COARSE: a vDSO read, ~10 ms resolution. */
+uint64_t os_now_ms(void);
+
+/* CPUs this process may run on (at least 1); never allocates. */
+unsigned os_ncpu(void);
+
+#endif

@@ -1,0 +1,275 @@
+/* buddy.c — the lazy buddy's back end: one zone (Linux's zone->free_area and
+ * zone->lock) with per-order free lists of blocks, split on demand and
+ * coalesced with their buddy (frame index ^ 2^order, same region) on free.
+ *
+ * Data: a free block is its head descriptor: kind PAGE_FREE, order, linked
+ * into zone.head[order] through desc.free (doubly linked, NULL-terminated),
+ * free.since = page clock when it became free, PD_PURGED if its memory was
+ * madvised away.  Invariant: PAGE_FREE appears on the head of a free block
+ * and nowhere else (a head absorbed by a merge is cleared to PAGE_UNUSED), so
+ * "buddy is PAGE_FREE with the same order" is a safe coalescing test.
+ * Metadata descriptors are PAGE_UNUSED, so a block never merges into them.
+ *
+ * Locking: zone.lock protects every list, count and descriptor of a free
+ * block.  Growth drops it, creates a region under region_lock, retakes it. */
+#include "page_int.h"
+#include "../os/os.h"
+
+static struct {
+    struct sk_lock lock;
+    struct page_desc *head[MAX_ORDER + 1];
+    uint64_t nr_blocks[MAX_ORDER + 1];
+    uint64_t nr_free;                       /* free pages in all blocks */
+    uint64_t allocs[MAX_ORDER + 1], frees[MAX_ORDER + 1];
+    uint64_t splits, merges, frag_events;
+} zone SK_ALIGNED(CACHE_LINE);
+
+SK_INLINE void list_add(struct page_desc *d, unsigned order)
+{
+    struct page_desc *h = zone.head[order];
+    d->free.prev = NULL;
+    d->free.next = h;
+    if (h)
+        h->free.prev = d;
+    zone.head[order] = d;
+    zone.nr_blocks[order]++;
+    zone.nr_free += (size_t)1 << order;
+}
+
+SK_INLINE void list_del(struct page_desc *d, unsigned order)
+{
+    if (d->free.prev)
+        d->free.prev->free.next = d->free.next;
+    else
+        zone.head[order] = d->free.next;
+    if (d->free.next)
+        d->free.next->free.prev = d->free.prev;
+    zone.nr_blocks[order]--;
+    zone.nr_free -= (size_t)1 << order;
+}
+
+SK_INLINE void make_free(struct page_desc *d, unsigned order, uint32_t flags, uint64_t since)
+{
+    d->kind = PAGE_FREE;
+    d->order = (uint8_t)order;
+    d->flags = flags;
+    d->free.since = since;
+    list_add(d, order);
+}
+
+/* Linux __rmqueue_smallest + expand: take the smallest block of order >=
+ * `order`, split it down, putting the upper halves back.  Zone lock held. */
+static struct page_desc *rmqueue(unsigned order)
+{
+    for (unsigned o = order; o <= MAX_ORDER; o++) {
+        struct page_desc *d = zone.head[o];
+        if (!d)
+            continue;
+        list_del(d, o);
+        uint32_t purged = d->flags & PD_PURGED;
+        while (o > order) {
+            o--;
+            make_free(d + ((size_t)1 << o), o, purged, d->free.since);
+            zone.splits++;
+        }
+        d->order = (uint8_t)order;
+        d->flags = 0;
+        return d;
+    }
+    return NULL;
+}
+
+/* Linux __free_one_page: merge with the buddy while it is free at the same
+ * order.  The result holds freshly freed memory, so it is not purged. */
+static void free_one(struct page_desc *d, unsigned order)
+{
+    struct page_desc *base = d - desc_index(d);
+    uint32_t idx = desc_index(d);
+    d->kind = PAGE_UNUSED;           /* may end up inside the merged block */
+    while (order < MAX_ORDER) {
+        uint32_t bidx = idx ^ (1u << order);
+        struct page_desc *b = base + bidx;
+        if (b->kind != PAGE_FREE || b->order != order)
+            break;
+        list_del(b, order);
+        b->kind = PAGE_UNUSED;
+        b->flags = 0;
+        zone.merges++;
+        idx &= bidx;
+        order++;
+    }
+    d = base + idx;
+    make_free(d, order, 0, page_clock_ms);
+}
+
+/* Hands the frames [from, to) of a new region to the zone as the largest
+ * aligned blocks that fit (the first ones are smaller: frame 258 is not
+ * 1024-aligned).  Zone lock held. */
+static void add_range(struct page_desc *base, uint32_t from, uint32_t to)
+{
+    while (from < to) {
+        unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
+        if (o > MAX_ORDER)
+            o = MAX_ORDER;
+        while (from + (1u << o) > to)
+            o--;
+        make_free(base + from, o, PD_PURGED, page_clock_ms);   /* never touched: nothing to return */
+        from += 1u << o;
+    }
+}
+
+/* Zone lock held on entry and on return; false if the OS refused. */
+static bool grow(void)
+{
+    lock_release(&zone.lock);
+    struct region_hdr *r = region_create(0);
+    lock_acquire(&zone.lock);
+    if (!r)
+        return false;
+    add_range(region_descs(r), r->r.first_page, REGION_PAGES);
+    return true;
+}
+
+static void buddy_init(void) {}
+
+static struct page_desc *buddy_alloc(struct sk_thread *t, unsigned order)
+{
+    lock_acquire(&zone.lock);
+    struct page_desc *d;
+    bool counted = false;
+    while (!(d = rmqueue(order))) {
+        if (order > 0 && !counted && zone.nr_free >= ((uint64_t)1 << order))
+            zone.frag_events++;       /* enough free pages, none contiguous */
+        counted = true;
+        if (!grow()) {
+            lock_release(&zone.lock);
+            return NULL;
+        }
+    }
+    d->kind = PAGE_USED;
+    zone.allocs[order]++;
+    lock_release(&zone.lock);
+    page_mark_tails(d, order);       /* tails are never inspected by the zone */
+    return d;
+}
+
+static void buddy_free(struct page_desc *d, unsigned order)
+{
+    lock_acquire(&zone.lock);
+    free_one(d, order);
+    zone.frees[order]++;
+    lock_release(&zone.lock);
+    page_purge_tick();
+}
+
+static void buddy_free_range(struct page_desc *first, size_t n, int count_order)
+{
+    struct page_desc *base = first - desc_index(first);
+    uint32_t from = desc_index(first), to = from + (uint32_t)n;
+    lock_acquire(&zone.lock);
+    while (from < to) {
+        unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
+        if (o > MAX_ORDER)
+            o = MAX_ORDER;
+        while (from + (1u << o) > to)
+            o--;
+        free_one(base + from, o);
+        from += 1u << o;
+    }
+    if (count_order >= 0)
+        zone.frees[count_order]++;
+    lock_release(&zone.lock);
+    page_purge_tick();
+}
+
+/* Linux rmqueue_bulk: a batch of order-0 pages under one lock acquisition,
+ * each taken from the smallest block and split from a larger one as needed. */
+static unsigned buddy_alloc_batch(struct sk_thread *t, unsigned n, struct page_desc **chain)
+{
+    struct page_desc *list = NULL;
+    unsigned got = 0;
+    lock_acquire(&zone.lock);
+    while (got < n) {
+        struct page_desc *d = rmqueue(0);
+        if (!d) {
+            if (got || !grow())
+                break;
+            continue;
+        }
+        d->kind = PAGE_LAZY;
+        d->free.next = list;
+        list = d;
+        got++;
+    }
+    lock_release(&zone.lock);
+    *chain = list;
+    return got;
+}
+
+/* Linux free_pcppages_bulk: a batch back, each page coalesced. */
+static void buddy_free_batch(struct page_desc *chain, unsigned n)
+{
+    lock_acquire(&zone.lock);
+    while (chain) {
+        struct page_desc *next = chain->free.next;
+        free_one(chain, 0);
+        chain = next;
+    }
+    lock_release(&zone.lock);
+    page_purge_tick();
+}
+
+static size_t buddy_purge(bool all, uint64_t now)
+{
+    size_t pages = 0;
+    bool dontneed = page_purge_dontneed();
+    lock_acquire(&zone.lock);
+    for (unsigned o = PURGE_ORDER; o <= MAX_ORDER; o++) {
+        for (struct page_desc *d = zone.head[o]; d; d = d->free.next) {
+            if (d->flags & PD_PURGED)
+                continue;
+            if (!all && now - d->free.since < sk_opt.return_delay_ms)
+                continue;
+            if (os_purge(page_address(d), PAGE_SIZE << o, dontneed)) {
+                d->flags |= PD_PURGED;
+                pages += (size_t)1 << o;
+            }
+        }
+    }
+    lock_release(&zone.lock);
+    return pages;
+}
+
+static void buddy_stats(struct slabkit_page_stats *s)
+{
+    lock_acquire(&zone.lock);
+    s->pages_free = zone.nr_free;
+    for (unsigned o = 0; o <= MAX_ORDER; o++) {
+        s->free_per_order[o] = zone.nr_blocks[o];
+        s->allocs[o] += zone.allocs[o];
+        s->frees[o] += zone.frees[o];
+    }
+    s->splits = zone.splits;
+    s->merges = zone.merges;
+    s->frag_events = zone.frag_events;
+    lock_release(&zone.lock);
+}
+
+static void buddy_lock_all(void) { lock_acquire(&zone.lock); }
+static void buddy_unlock_all(void) { lock_release(&zone.lock); }
+static void buddy_reset_locks(void) { lock_reset(&zone.lock); }
+
+const struct page_backend buddy_backend = {
+    .name = "buddy",
+    .init = buddy_init,
+    .alloc = buddy_alloc,
+    .free = buddy_free,
+    .free_range = buddy_free_range,
+    .alloc_batch = buddy_alloc_batch,
+    .free_batch = buddy_free_batch,
+    .purge = buddy_purge,
+    .stats = buddy_stats,
+    .lock_all = buddy_lock_all,
+    .unlock_all = buddy_unlock_all,
+    .reset_locks = buddy_reset_locks,
+};

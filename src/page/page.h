@@ -1,0 +1,152 @@
+/* page.h — the page layer's internal API: regions, page descriptors, block
+ * allocation.  Everything the allocators take from the OS goes through here.
+ *
+ * Regions: memory is reserved from the OS in REGION_SIZE (64 MiB) naturally
+ * aligned regions.  The first REGION_META_PAGES pages of a region hold its
+ * page descriptors (one 64-byte struct page_desc per 4 KiB frame, like the
+ * kernel's struct page) and the region header; the rest are frames for the
+ * buddy allocators.  region_map[] maps every 64 MiB of the 47-bit address
+ * space to its region base (or, tagged with bit 0, to a huge mapping's header),
+ * so address -> descriptor is one load plus arithmetic: page_desc_of().
+ *
+ * Block allocation (page_alloc/page_free) goes through the lazy per-thread
+ * list for order 0 and to the active back end (buddy.c or ibuddy.c) for the
+ * rest.  page_alloc marks the head descriptor PAGE_USED with its order and
+ * every tail page PAGE_TAIL with desc->head; the caller then retypes the head
+ * (PAGE_SLAB, PAGE_LARGE...) and sets cache/priv as it needs.  page_free
+ * checks the head is an allocated block of that order (else it reports and
+ * aborts: a bad free never corrupts the free lists). */
+#ifndef SK_PAGE_H
+#define SK_PAGE_H
+
+#include "../core/common.h"
+
+#define REGION_SHIFT 26
+#define REGION_SIZE  ((size_t)1 << REGION_SHIFT)
+#define REGION_MASK  (REGION_SIZE - 1)
+#define REGION_PAGES (REGION_SIZE >> PAGE_SHIFT)                 /* 16384 */
+#define ADDRESS_BITS 47
+#define REGION_MAP_LEN ((size_t)1 << (ADDRESS_BITS - REGION_SHIFT)) /* 2^21 */
+
+/* What a page frame is used for (page_desc.kind). */
+enum page_kind {
+    PAGE_UNUSED = 0,   /* never handed out, or metadata */
+    PAGE_FREE,         /* head of a free block in a buddy back end (order valid) */
+    PAGE_LAZY,         /* single free page on a per-thread lazy list */
+    PAGE_USED,         /* head of a block allocated by page_alloc, not yet retyped */
+    PAGE_TAIL,         /* non-head page of an allocated block; head points to the head */
+    PAGE_PAGES,        /* block handed out by kmem_pages_alloc (public page API) */
+    PAGE_SLAB,         /* page of a slab: cache set on every page of the slab */
+    PAGE_LARGE,        /* block serving one large kmem_alloc/malloc (size in priv) */
+    PAGE_SLOB,         /* SLOB page (shared by all sizes) */
+    PAGE_INTERNAL,     /* the library's own bookkeeping (thread structs, magazines...) */
+    PAGE_GUARDED,      /* debug: large block ending at a PROT_NONE guard page (debug.c) */
+};
+
+struct kmem_cache;
+
+/* 64 bytes, like the kernel's struct page.  The page layer owns kind, order,
+ * space and free; the owner of an allocated block owns cache, head, and priv. */
+struct page_desc {
+    uint8_t  kind;            /* enum page_kind */
+    uint8_t  order;           /* block order (head pages) */
+    uint16_t space;           /* buddy space this frame belongs to (iBuddy) */
+    uint32_t flags;           /* page-layer flags (PD_*) */
+    struct kmem_cache *cache; /* object layer: owning cache, on every page of a slab */
+    struct page_desc *head;   /* first page of the block this page belongs to */
+    union {
+        struct { struct page_desc *next, *prev;           /* free / lazy lists */
+                 uint64_t since; } free;                  /* buddy: page clock (ms) when it became free */
+        uintptr_t priv[5];                                /* the block owner's */
+    };
+};
+_Static_assert(sizeof(struct page_desc) == 64, "page_desc is one cache line");
+
+#define PD_PURGED  (1u << 0)   /* free block whose memory was given back (madvise) */
+
+/* Region header: the page layer keeps it (with the iBuddy bitmaps) in the
+ * REGION_HDR_PAGES pages right after the descriptors; the descriptors of the
+ * metadata and header pages stay PAGE_UNUSED (zero), so a stray pointer into
+ * them is never mistaken for an allocated block.  first_page is the first
+ * frame the buddy systems hand out (REGION_META_PAGES + REGION_HDR_PAGES). */
+struct region {
+    uintptr_t base;
+    struct region *next;       /* all regions, for statistics and purging */
+    uint32_t first_page;       /* index of the first frame for allocation */
+    uint32_t space;            /* buddy space this region belongs to */
+};
+
+#define REGION_META_PAGES ((REGION_PAGES * sizeof(struct page_desc)) >> PAGE_SHIFT) /* 256 */
+#define REGION_HDR_PAGES  2
+
+extern uintptr_t region_map[REGION_MAP_LEN];
+
+/* Descriptor of the frame holding p, or NULL if p is not in a region of ours. */
+SK_INLINE struct page_desc *page_desc_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (unlikely(a >> ADDRESS_BITS))
+        return NULL;
+    uintptr_t base = region_map[a >> REGION_SHIFT];
+    if (unlikely(base == 0 || (base & 1)))
+        return NULL;
+    return (struct page_desc *)base + ((a & REGION_MASK) >> PAGE_SHIFT);
+}
+
+SK_INLINE void *page_address(const struct page_desc *d)
+{
+    uintptr_t base = (uintptr_t)d & ~REGION_MASK;
+    uintptr_t idx = ((uintptr_t)d & REGION_MASK) / sizeof(struct page_desc);
+    return (void *)(base + (idx << PAGE_SHIFT));
+}
+
+/* Head descriptor of the allocated block holding p (follows PAGE_TAIL). */
+SK_INLINE struct page_desc *page_head_of(const void *p)
+{
+    struct page_desc *d = page_desc_of(p);
+    if (d && d->kind == PAGE_TAIL)
+        d = d->head;
+    return d;
+}
+
+/* Initialise the page layer (idempotent): options, back end selection. */
+void page_init(void);
+
+/* A naturally aligned block of 2^order pages, or NULL (KM_NOSLEEP, or the OS
+ * refused).  With KM_SLEEP the caller handles NULL by reaping and retrying
+ * (the page layer itself never aborts on exhaustion). */
+void *page_alloc(unsigned order, int flags);
+void page_free(void *addr, unsigned order);
+
+/* Exactly npages pages (not rounded to a power of two: the tail of the
+ * covering block goes back, as Linux's alloc_pages_exact).  The head page is
+ * PAGE_USED with order = order_for_pages(npages); free with page_free_exact. */
+void *page_alloc_exact(size_t npages, int flags);
+void page_free_exact(void *addr, size_t npages);
+
+/* Allocations beyond MAX_ORDER come from the OS directly: a mapping aligned to
+ * REGION_SIZE whose first page is a header (tagged in region_map), the user
+ * block at `align` (>= PAGE_SIZE) after it.  huge_size returns the usable size
+ * of a live huge block or 0 if p is not the start of one. */
+void *huge_alloc(size_t size, size_t align);
+void huge_free(void *p);
+size_t huge_size(const void *p);
+bool huge_owns(const void *p);     /* p lies inside a live huge mapping */
+
+/* Reclaim: give free memory back to the OS now (madvise/munmap per
+ * SLABKIT_RETURN); returns bytes released. */
+size_t page_reap(void);
+
+/* Object layers register a reclaim callback run when the page layer runs
+ * short (before it reports failure): returns bytes it freed. */
+void page_set_reclaim_hook(size_t (*hook)(void));
+
+/* A readable page-layer summary (held, free per order, returned, frag_events...). */
+void page_stats_print(int fd);
+
+/* Fork hooks: take/release every page-layer lock. */
+void page_fork_prepare(void);
+void page_fork_parent(void);
+void page_fork_child(void);
+
+#endif

@@ -1,0 +1,120 @@
+/* page_int.h — private to src/page: the region header, the back-end operations
+ * table both buddy systems implement, the lazy (per-thread) layer's constants,
+ * and the page layer's shared counters.
+ *
+ * Region layout (64 MiB, naturally aligned):
+ *   pages [0, 256)    struct page_desc[16384], one per frame of the region
+ *   pages [256, 258)  struct region_hdr: the region, its links, and (iBuddy)
+ *                     the bitmaps of free / purged / aged frames
+ *   pages [258, ...)  frames handed out by the back end
+ * Descriptors of the first 258 frames stay zero (PAGE_UNUSED).
+ *
+ * Lock order: region_lock -> (zone lock | one space lock) -> nothing.  No
+ * path holds two space locks at once. */
+#ifndef SK_PAGE_INT_H
+#define SK_PAGE_INT_H
+
+#include "page.h"
+#include "../core/lock.h"
+#include "../core/thread.h"
+#include "../core/options.h"
+#include "../../include/slabkit/slabkit.h"
+
+#define REGION_FIRST_PAGE (REGION_META_PAGES + REGION_HDR_PAGES)   /* 258 */
+#define REGION_WORDS      (REGION_PAGES / 64)                        /* 256 bitmap words */
+
+/* Linux pcp for a large zone (mm/page_alloc.c, zone_batchsize/pageset_set_high):
+ * batch = 63, high = 6 * batch. */
+#define PCP_BATCH 63
+#define PCP_HIGH  (6 * PCP_BATCH)
+
+/* Free blocks (buddy) or aligned free runs (iBuddy) of at least this order are
+ * given back to the OS when they stay free: 64 KiB, so madvise calls are few
+ * and a page that is reused soon is not faulted in again. */
+#define PURGE_ORDER 4
+
+struct region_hdr {
+    struct region r;                 /* base, next (all regions), first_page, space */
+    struct region_hdr *space_next;   /* regions of the same iBuddy space */
+    uint32_t nr_free;                /* iBuddy: free frames in this region */
+    uint32_t hint;                   /* iBuddy: bitmap word where a run was last seen */
+    /* iBuddy bitmaps, bit i of word w = frame 64*w + i.  free and purged sit
+     * side by side so a pop/push touches one cache line of them. */
+    _Alignas(CACHE_LINE) struct { uint64_t free, purged; } map[REGION_WORDS];
+    uint64_t aged[REGION_WORDS];     /* free bits at the last purge snapshot */
+};
+_Static_assert(sizeof(struct region_hdr) <= REGION_HDR_PAGES * PAGE_SIZE, "region header fits");
+
+SK_INLINE struct region_hdr *region_of_desc(const struct page_desc *d)
+{
+    return (struct region_hdr *)(((uintptr_t)d & ~REGION_MASK) + REGION_META_PAGES * PAGE_SIZE);
+}
+
+SK_INLINE struct page_desc *region_descs(const struct region_hdr *r)
+{
+    return (struct page_desc *)r->r.base;
+}
+
+SK_INLINE uint32_t desc_index(const struct page_desc *d)
+{
+    return (uint32_t)(((uintptr_t)d & REGION_MASK) / sizeof(struct page_desc));
+}
+
+/* region.c */
+extern struct sk_lock region_lock;
+extern struct region_hdr *region_list;
+extern uint64_t region_pages_held;
+/* Reserves a new region for `space` (NULL if the OS refuses); takes region_lock. */
+struct region_hdr *region_create(unsigned space);
+
+/* The operations a back end offers.  All take and drop their own locks.
+ * Blocks coming back have been validated by pages.c. */
+struct page_backend {
+    const char *name;
+    void (*init)(void);
+    /* A block of 2^order frames: head PAGE_USED with order, tails PAGE_TAIL
+     * with head; counts allocs[order].  NULL if the OS refused memory. */
+    struct page_desc *(*alloc)(struct sk_thread *t, unsigned order);
+    void (*free)(struct page_desc *head, unsigned order);
+    /* Contiguous frames [first, first+n), any alignment (alloc_exact's
+     * tails and page_free_exact); counts frees[count_order] if >= 0. */
+    void (*free_range)(struct page_desc *first, size_t n, int count_order);
+    /* Up to n single frames for a lazy list, chained through free.next, kind
+     * PAGE_LAZY, order 0; returns how many (0: the OS refused). */
+    unsigned (*alloc_batch)(struct sk_thread *t, unsigned n, struct page_desc **chain);
+    /* n single frames chained through free.next (from a lazy list). */
+    void (*free_batch)(struct page_desc *chain, unsigned n);
+    /* Purges free memory: all of it (all) or what stayed free since the last
+     * snapshot / for return_delay_ms.  Returns pages purged now. */
+    size_t (*purge)(bool all, uint64_t now);
+    void (*stats)(struct slabkit_page_stats *s);
+    void (*lock_all)(void);
+    void (*unlock_all)(void);
+    void (*reset_locks)(void);
+};
+extern const struct page_backend buddy_backend, ibuddy_backend;
+
+/* pages.c */
+extern const struct page_backend *page_be;
+extern uint64_t page_clock_ms;          /* coarse clock, refreshed on slow paths */
+extern uint64_t page_pages_returned;    /* cumulative (atomic adds, slow path) */
+void page_purge_tick(void);             /* maybe run a timed purge pass */
+bool page_purge_dontneed(void);         /* sk_opt.return_mode == RETURN_DONTNEED */
+void page_fold_thread_counters(struct sk_thread *t);  /* at thread exit */
+
+/* Marks the tails of a block allocated at head (the head is done). */
+SK_INLINE void page_mark_tails(struct page_desc *head, unsigned order)
+{
+    size_t n = (size_t)1 << order;
+    for (size_t i = 1; i < n; i++) {
+        head[i].kind = PAGE_TAIL;
+        head[i].order = 0;
+        head[i].head = head;
+    }
+}
+
+/* pcp.c: the lazy layer's slow paths. */
+bool pcp_refill(struct sk_thread *t);
+void pcp_drain(struct sk_thread *t, unsigned n);
+
+#endif

@@ -1,0 +1,388 @@
+/* pages.c — the page layer's entry points: page_alloc/page_free (the lazy
+ * layer's fast paths, inline here: a pop or a push on the thread's own list),
+ * page_alloc_exact, the public kmem_pages_alloc/kmem_pages_free, back-end
+ * selection (SLABKIT_PAGES, once per process), validation of frees, memory
+ * return (timed purge passes and page_reap), statistics, fork hooks.
+ *
+ * A free is checked before it touches any list: the head descriptor must be
+ * an allocated block (PAGE_USED or a retyped kind) of exactly that order and
+ * the address its first byte; otherwise we report and abort.
+ *
+ * Locks here: init_lock (start-up only) and purge_lock (one purge pass at a
+ * time; taken before any back-end lock).  Counters: order-0 operations on the
+ * lazy list count in the thread (plain stores), the rest under the back-end
+ * lock that is held anyway; failures and returned pages with atomic adds on
+ * slow paths only. */
+#include <errno.h>
+#include <string.h>
+#include "page_int.h"
+#include "../os/os.h"
+#include "../core/report.h"
+
+const struct page_backend *page_be;
+uint64_t page_clock_ms;
+uint64_t page_pages_returned;
+
+static int page_ready;                       /* 0 not yet, 2 ready */
+static struct sk_lock init_lock = SK_LOCK_INIT;
+static struct sk_lock purge_lock = SK_LOCK_INIT;
+static unsigned purge_ticks;
+static uint64_t last_purge_ms;
+static uint64_t failures;
+static uint64_t exited_allocs0, exited_frees0;   /* folded from exited threads */
+static size_t (*reclaim_hook)(void);
+
+/* huge.c */
+extern uint64_t huge_count, huge_live_bytes;
+
+/* ---- initialisation -------------------------------------------------- */
+
+SK_NOINLINE static void page_init_slow(void)
+{
+    lock_acquire(&init_lock);
+    if (page_ready != 2) {
+        options_init();
+        os_init();
+        page_be = sk_opt.pages == PAGES_BUDDY ? &buddy_backend : &ibuddy_backend;
+        page_be->init();
+        page_clock_ms = last_purge_ms = os_now_ms();
+        __atomic_store_n(&page_ready, 2, __ATOMIC_RELEASE);
+    }
+    lock_release(&init_lock);
+}
+
+void page_init(void)
+{
+    if (likely(__atomic_load_n(&page_ready, __ATOMIC_ACQUIRE) == 2))
+        return;
+    page_init_slow();
+}
+
+/* ---- memory return --------------------------------------------------- */
+
+bool page_purge_dontneed(void) { return sk_opt.return_mode == RETURN_DONTNEED; }
+
+SK_NOINLINE static void purge_check(void)
+{
+    uint64_t now = os_now_ms();
+    __atomic_store_n(&page_clock_ms, now, __ATOMIC_RELAXED);
+    /* A pass at most every 100 ms: it walks the free lists / bitmaps. */
+    if (sk_opt.return_mode == RETURN_OFF || now - last_purge_ms < 100)
+        return;
+    if (!lock_try(&purge_lock))
+        return;                          /* someone else is purging */
+    last_purge_ms = now;
+    size_t pages = page_be->purge(false, now);
+    lock_release(&purge_lock);
+    if (pages)
+        __atomic_fetch_add(&page_pages_returned, pages, __ATOMIC_RELAXED);
+}
+
+/* Called on free slow paths (a batch drained, a block freed): every 32nd
+ * call reads the coarse clock; a lost increment under a race is harmless. */
+void page_purge_tick(void)
+{
+    unsigned n = __atomic_load_n(&purge_ticks, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(&purge_ticks, n, __ATOMIC_RELAXED);
+    if (unlikely((n & 31) == 0))
+        purge_check();
+}
+
+size_t page_reap(void)
+{
+    page_init();
+    struct sk_thread *t = sk_self;
+    if (t && t->state == THREAD_LIVE && t->pcp_head)
+        pcp_drain(t, t->pcp_count);      /* our own lazy list: no lock needed */
+    if (sk_opt.return_mode == RETURN_OFF)
+        return 0;
+    uint64_t now = os_now_ms();
+    lock_acquire(&purge_lock);
+    __atomic_store_n(&page_clock_ms, now, __ATOMIC_RELAXED);
+    last_purge_ms = now;
+    size_t pages = page_be->purge(true, now);
+    lock_release(&purge_lock);
+    __atomic_fetch_add(&page_pages_returned, pages, __ATOMIC_RELAXED);
+    return pages << PAGE_SHIFT;
+}
+
+void page_set_reclaim_hook(size_t (*hook)(void)) { reclaim_hook = hook; }
+
+/* ---- allocation -------------------------------------------------------- */
+
+SK_NOINLINE static void *page_alloc_slow(unsigned order, int flags)
+{
+    if (unlikely(order > MAX_ORDER)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    page_init();
+    struct sk_thread *t = thread_self();
+    for (int attempt = 0;; attempt++) {
+        if (order == 0 && t->state == THREAD_LIVE) {
+            if (t->pcp_head || pcp_refill(t)) {
+                struct page_desc *d = t->pcp_head;
+                t->pcp_head = d->free.next;
+                t->pcp_count--;
+                t->pcp_allocs++;
+                d->kind = PAGE_USED;
+                return page_address(d);
+            }
+        } else {
+            struct page_desc *d = page_be->alloc(t, order);
+            if (d)
+                return page_address(d);
+        }
+        if (attempt || (flags & KM_NOSLEEP) || !reclaim_hook)
+            break;
+        reclaim_hook();
+    }
+    __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+    errno = ENOMEM;
+    return NULL;
+}
+
+void *page_alloc(unsigned order, int flags)
+{
+    if (likely(order == 0)) {
+        /* The fast path: pop the thread's lazy list (a load, two stores and
+         * the counter; exited threads have no list and miss). */
+        struct sk_thread *t = thread_self();
+        struct page_desc *d = t->pcp_head;
+        if (likely(d != NULL)) {
+            t->pcp_head = d->free.next;
+            t->pcp_count--;
+            __atomic_store_n(&t->pcp_allocs, t->pcp_allocs + 1, __ATOMIC_RELAXED);
+            d->kind = PAGE_USED;
+            return page_address(d);
+        }
+    }
+    return page_alloc_slow(order, flags);
+}
+
+void *page_alloc_exact(size_t npages, int flags)
+{
+    if (npages == 0 || npages > ((size_t)1 << MAX_ORDER)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    unsigned order = order_for_pages(npages);
+    void *p = page_alloc(order, flags);
+    if (p && npages < ((size_t)1 << order)) {
+        struct page_desc *d = page_desc_of(p);
+        page_be->free_range(d + npages, ((size_t)1 << order) - npages, -1);
+    }
+    return p;
+}
+
+/* ---- free ---------------------------------------------------------------- */
+
+static const char *kind_name(unsigned k)
+{
+    static const char *const names[] = {
+        "unused (never handed out, metadata, or inside a free block)", "a free block",
+        "a free page on a lazy list", "an allocated block", "inside an allocated block",
+        "a kmem_pages_alloc block", "a slab", "a large allocation", "a SLOB page",
+        "the library's own bookkeeping",
+    };
+    return k < ARRAY_SIZE(names) ? names[k] : "corrupt (unknown kind)";
+}
+
+SK_COLD SK_NORETURN static void bad_free(const char *fn, const void *addr, unsigned order,
+                                         bool public_api)
+{
+    const char *expected = public_api ? "the start of a block kmem_pages_alloc returned with that order"
+                                      : "the start of an allocated block of that order";
+    struct page_desc *d = page_desc_of(addr);
+    if (order > MAX_ORDER)
+        sk_fatal("%s: %p: order %u given, but orders are 0..%u; expected %s",
+                 fn, addr, order, MAX_ORDER, expected);
+    if (!d)
+        sk_fatal("%s: %p (order %u) is not in any slabkit page region: never handed out; expected %s",
+                 fn, addr, order, expected);
+    if ((uintptr_t)addr & (PAGE_SIZE - 1))
+        sk_fatal("%s: %p (order %u) is not page-aligned: an interior address; expected %s",
+                 fn, addr, order, expected);
+    unsigned k = d->kind;
+    if (k == PAGE_FREE || k == PAGE_LAZY)
+        sk_fatal("%s: %p (order %u) is already free (%s): double free; expected %s",
+                 fn, addr, order, kind_name(k), expected);
+    if (k == PAGE_TAIL)
+        sk_fatal("%s: %p (order %u) is inside the block at %p, not its start: an interior address; expected %s",
+                 fn, addr, order, d->head ? page_address(d->head) : NULL, expected);
+    if (k == PAGE_UNUSED)
+        sk_fatal("%s: %p (order %u) was never handed out (or lies inside a free block); expected %s",
+                 fn, addr, order, expected);
+    if (public_api && k != PAGE_PAGES)
+        sk_fatal("%s: %p (order %u) is %s, not a kmem_pages_alloc block; expected %s",
+                 fn, addr, order, kind_name(k), expected);
+    if (d->order != order)
+        sk_fatal("%s: %p: order %u given, but the block there has order %u: wrong order; expected %s",
+                 fn, addr, order, d->order, expected);
+    sk_fatal("%s: %p (order %u): the descriptor is %s (kind %u); expected %s",
+             fn, addr, order, kind_name(k), k, expected);
+}
+
+SK_INLINE bool block_ok(const struct page_desc *d, const void *addr, unsigned order)
+{
+    return d && !((uintptr_t)addr & (PAGE_SIZE - 1)) && d->kind >= PAGE_USED &&
+           d->kind != PAGE_TAIL && d->kind <= PAGE_INTERNAL && d->order == order;
+}
+
+SK_NOINLINE static void page_free_slow(struct page_desc *d, unsigned order)
+{
+    page_be->free(d, order);
+}
+
+/* The validated block d of `order` goes back: order 0 to the lazy list. */
+SK_INLINE void free_block(struct page_desc *d, unsigned order)
+{
+    if (likely(order == 0)) {
+        struct sk_thread *t = thread_self();
+        if (likely(t->state == THREAD_LIVE)) {
+            d->kind = PAGE_LAZY;
+            d->free.next = t->pcp_head;
+            t->pcp_head = d;
+            __atomic_store_n(&t->pcp_frees, t->pcp_frees + 1, __ATOMIC_RELAXED);
+            if (unlikely(++t->pcp_count > PCP_HIGH))
+                pcp_drain(t, PCP_BATCH);
+            return;
+        }
+    }
+    page_free_slow(d, order);
+}
+
+void page_free(void *addr, unsigned order)
+{
+    struct page_desc *d = page_desc_of(addr);
+    if (unlikely(!block_ok(d, addr, order)))
+        bad_free("page_free", addr, order, false);
+    free_block(d, order);
+}
+
+void page_free_exact(void *addr, size_t npages)
+{
+    unsigned order = order_for_pages(npages);
+    if (npages == 0 || npages == ((size_t)1 << order) || order > MAX_ORDER) {
+        page_free(addr, npages ? order : 0);
+        return;
+    }
+    struct page_desc *d = page_desc_of(addr);
+    if (unlikely(!block_ok(d, addr, order)))
+        bad_free("page_free_exact", addr, order, false);
+    page_be->free_range(d, npages, (int)order);
+}
+
+/* ---- the public page API ------------------------------------------------- */
+
+SK_API void *kmem_pages_alloc(unsigned order, int flags)
+{
+    if (unlikely(order > MAX_ORDER)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    static int hooks;
+    if (unlikely(!hooks)) {
+        hooks = 1;
+        fork_hooks_install();            /* page-API-only programs fork safely too */
+    }
+    void *p = page_alloc(order, flags);
+    if (unlikely(!p)) {
+        if (!(flags & KM_NOSLEEP))
+            sk_fatal("kmem_pages_alloc: out of memory: the OS refused %zu bytes (order %u) and "
+                     "KM_SLEEP cannot fail", PAGE_SIZE << order, order);
+        return NULL;
+    }
+    page_desc_of(p)->kind = PAGE_PAGES;
+    return p;
+}
+
+SK_API void kmem_pages_free(void *addr, unsigned order)
+{
+    if (!addr)
+        return;
+    struct page_desc *d = page_desc_of(addr);
+    if (unlikely(!block_ok(d, addr, order) || d->kind != PAGE_PAGES))
+        bad_free("kmem_pages_free", addr, order, true);
+    free_block(d, order);
+}
+
+/* ---- statistics ------------------------------------------------------------ */
+
+void page_fold_thread_counters(struct sk_thread *t)
+{
+    __atomic_fetch_add(&exited_allocs0, t->pcp_allocs, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&exited_frees0, t->pcp_frees, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->pcp_allocs, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->pcp_frees, 0, __ATOMIC_RELAXED);
+}
+
+SK_API void slabkit_page_stats(struct slabkit_page_stats *out)
+{
+    page_init();
+    memset(out, 0, sizeof *out);
+    page_be->stats(out);
+    lock_acquire(&thread_list_lock);
+    for (struct sk_thread *t = thread_list; t; t = t->next) {
+        out->pages_lazy += __atomic_load_n(&t->pcp_count, __ATOMIC_RELAXED);
+        out->allocs[0] += __atomic_load_n(&t->pcp_allocs, __ATOMIC_RELAXED);
+        out->frees[0] += __atomic_load_n(&t->pcp_frees, __ATOMIC_RELAXED);
+    }
+    out->allocs[0] += __atomic_load_n(&exited_allocs0, __ATOMIC_RELAXED);
+    out->frees[0] += __atomic_load_n(&exited_frees0, __ATOMIC_RELAXED);
+    lock_release(&thread_list_lock);
+    out->pages_held = __atomic_load_n(&region_pages_held, __ATOMIC_RELAXED);
+    out->pages_returned = __atomic_load_n(&page_pages_returned, __ATOMIC_RELAXED);
+    out->failures = __atomic_load_n(&failures, __ATOMIC_RELAXED);
+    out->huge_allocs = __atomic_load_n(&huge_count, __ATOMIC_RELAXED);
+    out->huge_bytes = __atomic_load_n(&huge_live_bytes, __ATOMIC_RELAXED);
+}
+
+void page_stats_print(int fd)
+{
+    struct slabkit_page_stats s;
+    slabkit_page_stats(&s);
+    sk_dprintf(fd, "page layer: %s (lazy list batch %u, high %u)\n", page_be->name, PCP_BATCH, PCP_HIGH);
+    sk_dprintf(fd, "  held %llu pages (%llu KiB), free %llu, lazy %llu, returned %llu (cumulative)\n",
+               (unsigned long long)s.pages_held, (unsigned long long)(s.pages_held * 4),
+               (unsigned long long)s.pages_free, (unsigned long long)s.pages_lazy,
+               (unsigned long long)s.pages_returned);
+    sk_dprintf(fd, "  splits %llu, merges %llu, fragmentation events %llu, failures %llu\n",
+               (unsigned long long)s.splits, (unsigned long long)s.merges,
+               (unsigned long long)s.frag_events, (unsigned long long)s.failures);
+    sk_dprintf(fd, "  huge allocations %llu, live huge bytes %llu\n",
+               (unsigned long long)s.huge_allocs, (unsigned long long)s.huge_bytes);
+    sk_dprintf(fd, "  %5s %12s %14s %14s\n", "order", "free blocks", "allocs", "frees");
+    for (unsigned o = 0; o <= MAX_ORDER; o++)
+        sk_dprintf(fd, "  %5u %12llu %14llu %14llu\n", o, (unsigned long long)s.free_per_order[o],
+                   (unsigned long long)s.allocs[o], (unsigned long long)s.frees[o]);
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+
+void page_fork_prepare(void)
+{
+    lock_acquire(&init_lock);
+    lock_acquire(&purge_lock);
+    lock_acquire(&region_lock);
+    if (page_be)
+        page_be->lock_all();
+}
+
+void page_fork_parent(void)
+{
+    if (page_be)
+        page_be->unlock_all();
+    lock_release(&region_lock);
+    lock_release(&purge_lock);
+    lock_release(&init_lock);
+}
+
+void page_fork_child(void)
+{
+    if (page_be)
+        page_be->reset_locks();
+    lock_reset(&region_lock);
+    lock_reset(&purge_lock);
+    lock_reset(&init_lock);
+}

@@ -1,0 +1,59 @@
+/* malloc_test.h — helpers shared by the malloc integration tests (plain
+ * programs run under LD_PRELOAD=libslabkit.so): check that slabkit really
+ * serves this process, read resident memory, check a bad-input report. */
+#ifndef SLABKIT_MALLOC_TEST_H
+#define SLABKIT_MALLOC_TEST_H
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../test.h"
+
+/* The design serving this process, or NULL when slabkit is not loaded. */
+static inline const char *slabkit_here(void)
+{
+    const char *(*design)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "slabkit_design");
+    return design ? design() : NULL;
+}
+
+/* Stops the test unless slabkit's malloc serves this process. */
+static inline void require_slabkit(void)
+{
+    const char *d = slabkit_here();
+    REQUIRE(d != NULL, "libslabkit.so is not preloaded (run through tests/run.py)");
+    void *malloc_sym = dlsym(RTLD_DEFAULT, "malloc");
+    void *ours = dlsym(RTLD_DEFAULT, "slabkit_design");
+    Dl_info a, b;
+    REQUIRE(dladdr(malloc_sym, &a) && dladdr(ours, &b) && a.dli_fbase == b.dli_fbase,
+            "malloc is not slabkit's (bound to %s)", a.dli_fname);
+    const char *want = getenv("SLABKIT_DESIGN");
+    printf("design %s (asked %s), pages %s\n", d, want ? want : "default",
+           getenv("SLABKIT_PAGES") ? getenv("SLABKIT_PAGES") : "default");
+}
+
+/* RssAnon of this process in bytes (0 if /proc is not there). */
+static inline size_t rss_anon(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %zu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb << 10;
+}
+
+/* The child aborted with a slabkit report naming p and one of the words. */
+static inline bool reported(const struct child_result *r, const void *p, const char *w1, const char *w2)
+{
+    char hex[32];
+    snprintf(hex, sizeof hex, "%lx", (unsigned long)(uintptr_t)p);
+    return child_aborted(r) && strstr(r->err, "slabkit") && strstr(r->err, hex) &&
+           ((w1 && strstr(r->err, w1)) || (w2 && strstr(r->err, w2)));
+}
+
+#endif

@@ -1,0 +1,91 @@
+/* test.h — the test harness shared by every C test: CHECK records a failure
+ * with file, line and a message and goes on; TEST_MAIN-style programs end with
+ * test_done(), which prints "N passed, N failed" and returns the exit status.
+ * run_in_child() runs a function in a forked child and captures its stderr
+ * and exit status, for bug-class tests (the report, then the abort).
+ *
+ * The first lines of a test's source tell tests/run.py how to run it:
+ *   test-matrix: pages | designs | designs pages | none
+ *   test-preload        (run with LD_PRELOAD=libslabkit.so; skipped under sanitizers)
+ *   test-timeout: N     (seconds, default 300) */
+#ifndef SLABKIT_TEST_H
+#define SLABKIT_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <unistd.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static int test_checks, test_failures;
+
+#define CHECK(cond, ...) do {                                              \
+    test_checks++;                                                         \
+    if (!(cond)) {                                                         \
+        test_failures++;                                                   \
+        fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+        fprintf(stderr, "" __VA_ARGS__);                                   \
+        fputc('\n', stderr);                                               \
+    }                                                                      \
+} while (0)
+
+/* Stops the test at once (for checks later ones depend on). */
+#define REQUIRE(cond, ...) do {                                            \
+    CHECK(cond, __VA_ARGS__);                                              \
+    if (!(cond)) { test_done(); exit(1); }                                 \
+} while (0)
+
+static inline int test_done(void)
+{
+    printf("%d passed, %d failed\n", test_checks - test_failures, test_failures);
+    fflush(stdout);
+    return test_failures ? 1 : 0;
+}
+
+/* Deterministic xorshift64* for reproducible random sequences. */
+static inline uint64_t test_rand(uint64_t *s)
+{
+    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1Dull;
+}
+
+struct child_result {
+    int status;            /* as from waitpid */
+    char err[16384];       /* what the child wrote to stderr (truncated) */
+};
+
+/* Forks, runs fn(arg) in the child with stderr captured, exits 0 if fn returns. */
+static inline void run_in_child(void (*fn)(void *), void *arg, struct child_result *r)
+{
+    int fds[2];
+    if (pipe(fds) != 0) { perror("pipe"); exit(2); }
+    fflush(stdout); fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        signal(SIGABRT, SIG_DFL);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(fds[0], r->err + len, sizeof r->err - 1 - len)) > 0)
+        len += (size_t)n;
+    r->err[len] = '\0';
+    close(fds[0]);
+    waitpid(pid, &r->status, 0);
+}
+
+static inline bool child_aborted(const struct child_result *r)
+{
+    return WIFSIGNALED(r->status) && WTERMSIG(r->status) == SIGABRT;
+}
+
+#endif

@@ -1,0 +1,397 @@
+/* test-matrix: pages
+ * test-timeout: 120
+ * test_page.c — the page layer (kmem_pages_*, page_alloc*, huge_*) against a
+ * reference model: random sequences over every order with no overlap, natural
+ * alignment, contents stamped and verified, statistics equal to the model's
+ * live counts; coalescing back to the largest blocks without growing; iBuddy
+ * frames never split/merge; a constructed fragmentation event; bad frees
+ * reported and aborted in children; exhaustion under RLIMIT_AS. */
+#include <errno.h>
+#include <sys/resource.h>
+#include "../test.h"
+#include "page/page.h"
+#include "slabkit/slabkit.h"
+
+#define MAX_LIVE   600
+#define LIVE_PAGES 12000        /* ~47 MiB of live blocks at most */
+
+static bool is_ibuddy(void)
+{
+    const char *v = getenv("SLABKIT_PAGES");
+    return !v || !*v || strcmp(v, "ibuddy") == 0;   /* the default is ibuddy */
+}
+
+static struct slabkit_page_stats stats(void)
+{
+    struct slabkit_page_stats s;
+    slabkit_page_stats(&s);
+    return s;
+}
+
+/* ---- reference model: page -> owner id, exact, over the regions seen ---- */
+
+#define MODEL_REGIONS 64
+static uintptr_t model_base[MODEL_REGIONS];
+static int32_t *model_owner[MODEL_REGIONS];
+static int model_nregions;
+
+static int32_t *owner_slot(uintptr_t page)
+{
+    uintptr_t base = page & ~(REGION_SIZE - 1);
+    for (int i = 0; i < model_nregions; i++)
+        if (model_base[i] == base)
+            return &model_owner[i][(page - base) >> PAGE_SHIFT];
+    REQUIRE(model_nregions < MODEL_REGIONS, "too many regions for the model");
+    model_base[model_nregions] = base;
+    model_owner[model_nregions] = calloc(REGION_PAGES, sizeof(int32_t));
+    return &model_owner[model_nregions++][(page - base) >> PAGE_SHIFT];
+}
+
+struct live { char *p; unsigned order; int32_t id; };
+
+static uint64_t tag(int32_t id, size_t page) { return 0x5eed000000000000ull ^ ((uint64_t)id << 20) ^ page; }
+
+static void stamp(struct live *b)
+{
+    for (size_t i = 0; i < ((size_t)1 << b->order); i++) {
+        uint64_t *w = (uint64_t *)(b->p + (i << PAGE_SHIFT));
+        w[0] = tag(b->id, i);
+        w[511] = ~tag(b->id, i);
+    }
+}
+
+static bool verify(struct live *b)
+{
+    for (size_t i = 0; i < ((size_t)1 << b->order); i++) {
+        uint64_t *w = (uint64_t *)(b->p + (i << PAGE_SHIFT));
+        if (w[0] != tag(b->id, i) || w[511] != ~tag(b->id, i))
+            return false;
+    }
+    return true;
+}
+
+static bool model_claim(struct live *b)
+{
+    bool ok = true;
+    for (size_t i = 0; i < ((size_t)1 << b->order); i++) {
+        int32_t *o = owner_slot((uintptr_t)b->p + (i << PAGE_SHIFT));
+        if (*o) ok = false;
+        *o = b->id;
+    }
+    return ok;
+}
+
+static void model_release(struct live *b)
+{
+    for (size_t i = 0; i < ((size_t)1 << b->order); i++)
+        *owner_slot((uintptr_t)b->p + (i << PAGE_SHIFT)) = 0;
+}
+
+static void test_model(void)
+{
+    struct live live[MAX_LIVE];
+    int nlive = 0;
+    size_t live_pages = 0;
+    int64_t model_count[MAX_ORDER + 1] = {0};
+    uint64_t seed = 0x1234abcdull;
+    int32_t next_id = 1;
+    int bad_align = 0, bad_overlap = 0, bad_contents = 0, bad_kind = 0;
+
+    kmem_pages_free(kmem_pages_alloc(0, KM_SLEEP), 0);   /* thread set-up allocates too */
+    struct slabkit_page_stats base = stats();
+    for (int step = 0; step < 60000; step++) {
+        uint64_t r = test_rand(&seed);
+        bool do_alloc = nlive == 0 || (nlive < MAX_LIVE && (r & 3) != 0 && live_pages < LIVE_PAGES);
+        if (do_alloc && nlive >= MAX_LIVE / 2 && (r & 4))
+            do_alloc = false;
+        if (do_alloc) {
+            /* Mostly single pages, as real workloads; every order appears. */
+            unsigned order = (r >> 8) % 10 < 6 ? 0 : (unsigned)((r >> 16) % (MAX_ORDER + 1));
+            if (live_pages + ((size_t)1 << order) > LIVE_PAGES)
+                order = 0;
+            char *p = kmem_pages_alloc(order, KM_NOSLEEP);
+            REQUIRE(p != NULL, "kmem_pages_alloc(%u) failed", order);
+            struct live b = { p, order, next_id++ };
+            if ((uintptr_t)p & ((PAGE_SIZE << order) - 1))
+                bad_align++;
+            struct page_desc *d = page_desc_of(p);
+            if (!d || d->kind != PAGE_PAGES || d->order != order)
+                bad_kind++;
+            if (!model_claim(&b))
+                bad_overlap++;
+            stamp(&b);
+            live[nlive++] = b;
+            live_pages += (size_t)1 << order;
+            model_count[order]++;
+        } else {
+            int i = (int)((r >> 24) % (uint64_t)nlive);
+            struct live b = live[i];
+            live[i] = live[--nlive];
+            if (!verify(&b))
+                bad_contents++;
+            model_release(&b);
+            kmem_pages_free(b.p, b.order);
+            live_pages -= (size_t)1 << b.order;
+            model_count[b.order]--;
+        }
+        if (step % 10000 == 9999) {
+            struct slabkit_page_stats s = stats();
+            for (unsigned o = 0; o <= MAX_ORDER; o++) {
+                int64_t got = (int64_t)(s.allocs[o] - base.allocs[o]) - (int64_t)(s.frees[o] - base.frees[o]);
+                CHECK(got == model_count[o], "order %u: stats say %lld live, model %lld",
+                      o, (long long)got, (long long)model_count[o]);
+            }
+        }
+    }
+    CHECK(bad_align == 0, "%d misaligned blocks", bad_align);
+    CHECK(bad_kind == 0, "%d blocks without PAGE_PAGES/order in the descriptor", bad_kind);
+    CHECK(bad_overlap == 0, "%d overlapping blocks", bad_overlap);
+    CHECK(bad_contents == 0, "%d blocks with damaged contents", bad_contents);
+    while (nlive) {
+        struct live b = live[--nlive];
+        CHECK(verify(&b), "contents of %p damaged", (void *)b.p);
+        model_release(&b);
+        kmem_pages_free(b.p, b.order);
+    }
+    struct slabkit_page_stats s = stats();
+    for (unsigned o = 0; o <= MAX_ORDER; o++)
+        CHECK(s.allocs[o] - base.allocs[o] == s.frees[o] - base.frees[o],
+              "order %u: allocs and frees differ after freeing everything", o);
+}
+
+/* After everything is freed and the lazy list drained, the free memory
+ * stands in maximal blocks again, and they can all be had without growing. */
+static void test_coalesce(void)
+{
+    page_reap();                       /* drains this thread's lazy list */
+    struct slabkit_page_stats s = stats();
+    CHECK(s.pages_lazy == 0, "lazy list not drained: %llu", (unsigned long long)s.pages_lazy);
+    uint64_t regions = s.pages_held / (REGION_PAGES - REGION_META_PAGES - REGION_HDR_PAGES);
+    /* Per region 15 max-order blocks exist when it is whole; the thread
+     * structs' block (order 2) may break one. */
+    CHECK(s.free_per_order[MAX_ORDER] + 1 >= regions * 15,
+          "only %llu free max-order blocks in %llu regions: not coalesced",
+          (unsigned long long)s.free_per_order[MAX_ORDER], (unsigned long long)regions);
+    uint64_t n = s.free_per_order[MAX_ORDER];
+    void **blocks = calloc(n, sizeof *blocks);
+    for (uint64_t i = 0; i < n; i++) {
+        blocks[i] = kmem_pages_alloc(MAX_ORDER, KM_NOSLEEP);
+        REQUIRE(blocks[i] != NULL);
+    }
+    struct slabkit_page_stats t = stats();
+    CHECK(t.pages_held == s.pages_held, "grew from %llu to %llu pages to allocate %llu free max-order blocks",
+          (unsigned long long)s.pages_held, (unsigned long long)t.pages_held, (unsigned long long)n);
+    CHECK(t.free_per_order[MAX_ORDER] == 0, "%llu max-order blocks still free",
+          (unsigned long long)t.free_per_order[MAX_ORDER]);
+    for (uint64_t i = 0; i < n; i++)
+        kmem_pages_free(blocks[i], MAX_ORDER);
+    free(blocks);
+    t = stats();
+    CHECK(t.free_per_order[MAX_ORDER] == n, "after freeing: %llu max-order blocks free, expected %llu",
+          (unsigned long long)t.free_per_order[MAX_ORDER], (unsigned long long)n);
+}
+
+static void test_ibuddy_frames(void)
+{
+    if (!is_ibuddy())
+        return;
+    enum { N = 2000 };
+    static void *pages[N];
+    page_reap();
+    struct slabkit_page_stats a = stats();
+    for (int i = 0; i < N; i++) {
+        pages[i] = kmem_pages_alloc(0, KM_NOSLEEP);
+        REQUIRE(pages[i] != NULL);
+    }
+    for (int i = 0; i < N; i++)
+        kmem_pages_free(pages[(i * 7919) % N], 0);
+    page_reap();
+    struct slabkit_page_stats b = stats();
+    CHECK(a.splits == b.splits && a.merges == b.merges,
+          "single pages split/merged: splits %llu->%llu merges %llu->%llu",
+          (unsigned long long)a.splits, (unsigned long long)b.splits,
+          (unsigned long long)a.merges, (unsigned long long)b.merges);
+    void *p = kmem_pages_alloc(3, KM_NOSLEEP);
+    REQUIRE(p != NULL, "allocation failed");
+    struct slabkit_page_stats c = stats();
+    CHECK(c.merges == b.merges + 1, "an order-3 request should build one block from frames (merges %llu->%llu)",
+          (unsigned long long)b.merges, (unsigned long long)c.merges);
+    CHECK(b.pages_free - c.pages_free == 8, "8 frames should leave the free pool, %lld did",
+          (long long)(b.pages_free - c.pages_free));
+    kmem_pages_free(p, 3);
+    struct slabkit_page_stats d = stats();
+    CHECK(d.splits == c.splits + 1 && d.pages_free == b.pages_free, "freeing it gives 8 frames back");
+}
+
+/* Free every other page of a fully used back end: plenty free, no pair. */
+static void test_fragmentation_event(void)
+{
+    page_reap();
+    struct slabkit_page_stats s = stats();
+    uint64_t n = s.pages_free + s.pages_lazy;
+    char **pages = malloc(n * sizeof *pages);
+    for (uint64_t i = 0; i < n; i++) {
+        pages[i] = kmem_pages_alloc(0, KM_NOSLEEP);
+        REQUIRE(pages[i] != NULL);
+    }
+    struct slabkit_page_stats t = stats();
+    CHECK(t.pages_held == s.pages_held, "taking the free pages should not grow");
+    CHECK(t.pages_free == 0, "%llu pages still free in the back end", (unsigned long long)t.pages_free);
+    uint64_t freed = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (((uintptr_t)pages[i] >> PAGE_SHIFT) & 1) {
+            kmem_pages_free(pages[i], 0);
+            pages[i] = NULL;
+            freed++;
+        }
+    }
+    page_reap();
+    t = stats();
+    CHECK(t.pages_free == freed && freed > 1000, "%llu pages freed, %llu free",
+          (unsigned long long)freed, (unsigned long long)t.pages_free);
+    for (unsigned o = 1; o <= MAX_ORDER; o++)
+        CHECK(t.free_per_order[o] == 0, "a free block of order %u exists", o);
+    void *p = kmem_pages_alloc(1, KM_NOSLEEP);
+    CHECK(p != NULL, "allocation failed");
+    struct slabkit_page_stats u = stats();
+    CHECK(u.frag_events == t.frag_events + 1, "fragmentation events %llu -> %llu, expected one more",
+          (unsigned long long)t.frag_events, (unsigned long long)u.frag_events);
+    CHECK(u.pages_held > t.pages_held, "the layer had to grow");
+    kmem_pages_free(p, 1);
+    for (uint64_t i = 0; i < n; i++)
+        if (pages[i])
+            kmem_pages_free(pages[i], 0);
+    free(pages);
+    page_reap();
+}
+
+static void test_exact_and_huge(void)
+{
+    char *p = page_alloc_exact(5, KM_NOSLEEP);
+    REQUIRE(p != NULL, "allocation failed");
+    struct page_desc *d = page_desc_of(p);
+    CHECK(d->kind == PAGE_USED && d->order == 3, "exact head: kind %u order %u", d->kind, d->order);
+    CHECK(page_head_of(p + 4 * PAGE_SIZE) == d, "page 4 belongs to the block");
+    struct page_desc *t5 = page_desc_of(p + 5 * PAGE_SIZE);
+    CHECK(t5->kind == PAGE_FREE || t5->kind == PAGE_UNUSED, "the tail beyond 5 pages went back (kind %u)", t5->kind);
+    memset(p, 0xab, 5 * PAGE_SIZE);
+    page_free_exact(p, 5);
+
+    CHECK(kmem_pages_alloc(MAX_ORDER + 1, KM_NOSLEEP) == NULL && errno == EINVAL, "order 11 -> NULL, EINVAL");
+    CHECK(kmem_pages_alloc(1000, KM_SLEEP) == NULL, "order 1000 -> NULL");
+
+    struct slabkit_page_stats a = stats();
+    size_t size = 9u << 20;
+    char *h = huge_alloc(size, 2u << 20);
+    REQUIRE(h != NULL, "allocation failed");
+    CHECK(((uintptr_t)h & ((2u << 20) - 1)) == 0, "huge block aligned");
+    CHECK(huge_size(h) == size, "huge_size %zu", huge_size(h));
+    CHECK(huge_size(h + PAGE_SIZE) == 0, "interior is not a start");
+    CHECK(huge_owns(h + size - 1) && huge_owns(h), "owns its bytes");
+    CHECK(page_desc_of(h) == NULL, "not a region page");
+    memset(h, 1, size);
+    struct slabkit_page_stats b = stats();
+    CHECK(b.huge_allocs == a.huge_allocs + 1 && b.huge_bytes == a.huge_bytes + size, "huge statistics");
+    huge_free(h);
+    CHECK(!huge_owns(h), "gone after free");
+    /* Bigger than a region: every slot it covers is marked. */
+    char *g = huge_alloc(150u << 20, PAGE_SIZE);
+    REQUIRE(g != NULL, "allocation failed");
+    CHECK(huge_owns(g + (140u << 20)), "huge mapping over several slots");
+    huge_free(g);
+    CHECK(stats().huge_bytes == a.huge_bytes, "live huge bytes back");
+}
+
+/* ---- bad input, each in a child ---- */
+
+static void *g_block;
+static void bad_never(void *a) { static char buf[8192]; kmem_pages_free(buf + 4096 - ((uintptr_t)buf & 4095), 0); }
+static void bad_interior(void *a) { char *p = kmem_pages_alloc(2, KM_SLEEP); kmem_pages_free(p + PAGE_SIZE, 0); }
+static void bad_unaligned(void *a) { char *p = kmem_pages_alloc(0, KM_SLEEP); kmem_pages_free(p + 8, 0); }
+static void bad_order(void *a) { void *p = kmem_pages_alloc(2, KM_SLEEP); kmem_pages_free(p, 1); }
+static void bad_double0(void *a) { void *p = kmem_pages_alloc(0, KM_SLEEP); kmem_pages_free(p, 0); kmem_pages_free(p, 0); }
+static void bad_double3(void *a) { void *p = kmem_pages_alloc(3, KM_SLEEP); kmem_pages_free(p, 3); kmem_pages_free(p, 3); }
+static void bad_free_block(void *a) { char *p = kmem_pages_alloc(0, KM_SLEEP); kmem_pages_free(p + 64 * PAGE_SIZE, 0); }
+static void bad_internal(void *a) { void *p = page_alloc(1, KM_SLEEP); kmem_pages_free(p, 1); }
+static void bad_bigorder(void *a) { kmem_pages_free(g_block, 12); }
+static void bad_huge(void *a) { char *h = huge_alloc(8u << 20, PAGE_SIZE); huge_free(h + PAGE_SIZE); }
+static void bad_huge_double(void *a) { char *h = huge_alloc(8u << 20, PAGE_SIZE); huge_free(h); huge_free(h); }
+
+static void expect_abort(void (*fn)(void *), const char *what, const char *needle)
+{
+    struct child_result r;
+    run_in_child(fn, NULL, &r);
+    CHECK(child_aborted(&r), "%s: child did not abort (status %d)", what, r.status);
+    CHECK(strstr(r.err, "slabkit: error: ") != NULL, "%s: no report: %s", what, r.err);
+    CHECK(strstr(r.err, needle) != NULL, "%s: report lacks '%s': %s", what, needle, r.err);
+    CHECK(strstr(r.err, "expected") != NULL, "%s: report does not say what was expected: %s", what, r.err);
+}
+
+static void test_bad_input(void)
+{
+    g_block = kmem_pages_alloc(0, KM_SLEEP);
+    expect_abort(bad_never, "foreign address", "kmem_pages_free: 0x");
+    expect_abort(bad_never, "foreign address", "never handed out");
+    expect_abort(bad_interior, "interior", "interior address");
+    expect_abort(bad_unaligned, "unaligned", "not page-aligned");
+    expect_abort(bad_order, "wrong order", "order 1 given, but the block there has order 2");
+    expect_abort(bad_double0, "double free order 0", "double free");
+    expect_abort(bad_double3, "double free order 3", "kmem_pages_free");
+    expect_abort(bad_free_block, "inside a free block", "kmem_pages_free");
+    expect_abort(bad_internal, "not a page-API block", "not a kmem_pages_alloc block");
+    expect_abort(bad_bigorder, "order 12", "orders are 0..10");
+    expect_abort(bad_huge, "huge interior", "huge_free");
+    expect_abort(bad_huge_double, "huge double free", "huge_free");
+    kmem_pages_free(g_block, 0);
+}
+
+/* ---- exhaustion ---- */
+
+static void exhaust(void *a)
+{
+    struct rlimit rl;
+    /* Room for what is mapped now plus a little: the next regions fail. */
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long vm = 0;
+    if (!f || fscanf(f, "%lu", &vm) != 1) _exit(3);
+    fclose(f);
+    rl.rlim_cur = rl.rlim_max = vm * (unsigned long)sysconf(_SC_PAGESIZE) + (200ul << 20);
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(4);
+    unsigned got = 0;
+    for (int i = 0; i < 4096; i++) {
+        void *p = kmem_pages_alloc(MAX_ORDER, KM_NOSLEEP);
+        if (!p) {
+            struct slabkit_page_stats s;
+            slabkit_page_stats(&s);
+            if (s.failures == 0) _exit(5);
+            if (huge_alloc(1ul << 30, PAGE_SIZE) != NULL) _exit(6);
+            _exit(got > 0 ? 0 : 8);
+        }
+        got++;
+    }
+    _exit(9);                          /* 16 GiB under a 200 MiB limit? */
+}
+
+static void test_exhaustion(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("exhaustion test skipped under ASan (its shadow memory needs the address space)\n");
+#else
+    struct child_result r;
+    run_in_child(exhaust, NULL, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0,
+          "exhaustion child: status %d, stderr: %s", r.status, r.err);
+#endif
+}
+
+int main(void)
+{
+    test_model();
+    test_coalesce();
+    test_ibuddy_frames();
+    test_exact_and_huge();
+    test_bad_input();
+    test_exhaustion();
+    test_fragmentation_event();
+    return test_done();
+}
