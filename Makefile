@@ -73,7 +73,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libslabkit_core.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
 
--include $(sort $(wildcard src/*/*.mk tools/*.mk bench/*.mk tests/*.mk))
+-include $(sort $(wildcard src/*/*.mk tools/*.mk bench/*.mk tests/*.mk tests/*/*.mk))
 
 test: all
 	$(PYTHON) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize)

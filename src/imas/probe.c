@@ -8,7 +8,7 @@
  * own lock.  The tables live in mmap()ed memory, never the program's heap,
  * and their size is reported so footprints can exclude them.
  *
- * Latency: one call in `sample_every` per thread is timed (CLOCK_MONOTONIC,
+ * Latency: one call in `sample_every` per thread (not its first) is timed (CLOCK_MONOTONIC,
  * vDSO) around the forwarded call only; durations go into a log-linear
  * histogram per operation (atomic counters).  Operation counts and requested
  * bytes are exact (relaxed atomics).  Lock order: stripe locks in index order
@@ -33,7 +33,10 @@ struct stripe {
 static struct stripe stripes[SIZE_STRIPES];
 static size_t table_bytes;         /* bytes of all stripe tables (for probe_own_bytes) */
 struct probe_stats probe;
-static __thread unsigned sample_tick;
+/* Starts at 1: the first call of a thread is not timed, because it usually
+ * carries the allocator's own initialisation (milliseconds for tcmalloc),
+ * which one sample in 64 would weigh 64 times. */
+static __thread unsigned sample_tick = 1;
 
 static inline void spin_lock(int *l)
 {
@@ -167,14 +170,16 @@ static inline void lat_record(int op, uint64_t ns)
     struct lat_hist *h = &probe.lat[op];
     __atomic_add_fetch(&h->n, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&h->sum, ns, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&h->bucket[lat_bucket(ns)], 1, __ATOMIC_RELAXED);
+    unsigned b = lat_bucket(ns);
+    __atomic_add_fetch(&h->bucket[b], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&h->bsum[b], ns, __ATOMIC_RELAXED);
     uint64_t m = __atomic_load_n(&h->max, __ATOMIC_RELAXED);
     while (ns > m && !__atomic_compare_exchange_n(&h->max, &m, ns, true,
                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
 }
 
-/* The first call of each thread is timed, then one in sample_every. */
+/* One call in sample_every per thread is timed (calls sample_every-1, 2*sample_every-1, ...). */
 #define TIMED(op, call)                                                        \
     ({                                                                         \
         __atomic_add_fetch(&probe.ops[op], 1, __ATOMIC_RELAXED);               \

@@ -19,6 +19,7 @@ enum { LAT_MALLOC, LAT_REALLOC, LAT_MEMALIGN, LAT_FREE, LAT_COUNT };
 struct lat_hist {
     uint64_t n, sum, max;
     uint64_t bucket[LAT_BUCKETS];
+    uint64_t bsum[LAT_BUCKETS];     /* nanoseconds per bucket: an exact trimmed mean */
 };
 
 struct probe_stats {

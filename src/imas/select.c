@@ -11,6 +11,12 @@
  *    and write the log into $IMAS_HOME/spool.
  * 3. No decision, excluded, IMAS_HOME not private, or the library fails to
  *    load: forward to the next definition untouched.
+ * A library with a large initial-exec TLS block (jemalloc) cannot be
+ * dlopen()ed ("cannot allocate memory in static TLS block").  Then, still
+ * before main, the process re-executes itself with the library preloaded
+ * after libimas.so and IMAS_REEXEC describing the choice; the new image
+ * forwards to RTLD_NEXT and puts LD_PRELOAD back as it was, so its children
+ * choose for themselves.  IMAS_REEXEC present means never re-execute again.
  *
  * Runs once (a CAS on imas_state); anything allocated meanwhile — by dlopen,
  * dlsym, putenv, or other threads — comes from the bootstrap arena. */
@@ -21,6 +27,8 @@
 #include <sys/stat.h>
 #include "imas.h"
 
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 struct imas_fwd imas_fwd;
 volatile int imas_state;
 bool imas_probing;
@@ -29,6 +37,8 @@ extern void *imas_cand_pthread_create, *imas_cand_pthread_exit;
 static char choice_desc[512] = "uninitialised";
 static char home[2048], exe[4096], decision[16384], env_assign[512];
 static char spool_pattern[4200];
+static bool in_startup = true;      /* until the constructor returns: main has not run */
+extern char **environ;
 
 const char *imas_choice_name(void) { return choice_desc; }
 
@@ -324,6 +334,136 @@ static const struct cand *decide(bool *test)
     return &balanced;
 }
 
+
+/* Builds "LD_PRELOAD=<us> <lib> <the other entries>" and re-executes. */
+static IMAS_COLD void reexec_with(const struct cand *c, const char *rule, bool test)
+{
+    static char cmdline[65536], preload[8192], mark[8192], envset[512];
+    static char *argv[4096], *envp[4096];
+    Dl_info di;
+    if (!in_startup || getenv("IMAS_REEXEC") || !dladdr((void *)imas_init, &di) || !di.dli_fname)
+        return;
+    size_t n = imas_read_file("/proc/self/cmdline", cmdline, sizeof cmdline, false);
+    if (!n || n >= sizeof cmdline - 1)
+        return;
+    size_t argc = 0;
+    for (size_t i = 0; i < n && argc + 1 < ARRAY_LEN(argv); i += strlen(cmdline + i) + 1)
+        argv[argc++] = cmdline + i;
+    argv[argc] = NULL;
+    const char *old = getenv("LD_PRELOAD");
+    struct sbuf p = { preload, 0, sizeof preload - 1, false };
+    sb_str(&p, "LD_PRELOAD=");
+    sb_str(&p, di.dli_fname);
+    sb_chr(&p, ' ');
+    sb_str(&p, c->lib);
+    struct sbuf m = { mark, 0, sizeof mark - 1, false };
+    sb_str(&m, "IMAS_REEXEC=");
+    sb_str(&m, test ? "t|" : "s|");
+    sb_str(&m, c->name);
+    sb_chr(&m, '|');
+    sb_str(&m, rule);
+    sb_chr(&m, '|');
+    sb_str(&m, old ? old : "");
+    preload[p.len] = 0;
+    mark[m.len] = 0;
+    if (p.overflow || m.overflow)
+        return;
+    /* Other preloads keep their place after ours (libimas.so itself is not repeated). */
+    for (const char *s = old; s && *s;) {
+        while (*s == ' ' || *s == ':')
+            s++;
+        const char *e = s;
+        while (*e && *e != ' ' && *e != ':')
+            e++;
+        size_t len = (size_t)(e - s), bl = 0;
+        for (const char *q = s; q < e; q++)
+            if (*q == '/')
+                bl = (size_t)(q - s) + 1;
+        if (len && !(len - bl == 10 && !strncmp(s + bl, "libimas.so", 10))) {
+            sb_chr(&p, ' ');
+            for (const char *q = s; q < e; q++)
+                sb_chr(&p, *q);
+        }
+        s = e;
+    }
+    preload[p.len] = 0;
+    if (p.overflow)
+        return;
+    size_t k = 0;
+    for (char **e = environ; e && *e && k + 4 < ARRAY_LEN(envp); e++)
+        if (strncmp(*e, "LD_PRELOAD=", 11) && strncmp(*e, "IMAS_REEXEC=", 12))
+            envp[k++] = *e;
+    envp[k++] = preload;
+    envp[k++] = mark;
+    if (strcmp(c->env, "-") != 0) {
+        struct sbuf es = { envset, 0, sizeof envset - 1, false };
+        sb_str(&es, c->env);
+        envset[es.len] = 0;
+        envp[k++] = envset;
+    }
+    envp[k] = NULL;
+    execve("/proc/self/exe", argv, envp);
+    /* Still here: carry on without the candidate. */
+}
+
+/* In the re-executed image: forward to the preloaded candidate; put the
+ * environment back (in place: environ's strings and array are ours to edit,
+ * and no allocation may happen here). */
+static const struct cand *reexec_resume(const char *mark, bool *test, const char **rule)
+{
+    static struct cand c;
+    static char buf[8192], preload[8192];
+    size_t i = 0;
+    for (; mark[i] && i + 1 < sizeof buf; i++)
+        buf[i] = mark[i];
+    buf[i] = 0;
+    char *f[4] = { buf, NULL, NULL, NULL };
+    for (int k = 1; k < 4; k++) {
+        char *bar = f[k - 1] ? strchr(f[k - 1], '|') : NULL;
+        if (!bar)
+            return NULL;
+        *bar = 0;
+        f[k] = bar + 1;
+    }
+    *test = f[0][0] == 't';
+    c.name = f[1];
+    c.lib = "-";
+    c.env = "-";
+    c.set = true;
+    *rule = f[2];
+    struct sbuf p = { preload, 0, sizeof preload - 1, false };
+    sb_str(&p, "LD_PRELOAD=");
+    sb_str(&p, f[3]);
+    preload[p.len] = 0;
+    char **w = environ;
+    for (char **e = environ; e && *e; e++) {
+        if (!strncmp(*e, "IMAS_REEXEC=", 12))
+            continue;
+        if (!strncmp(*e, "LD_PRELOAD=", 11)) {
+            if (!f[3][0])
+                continue;
+            *w++ = preload;
+            continue;
+        }
+        *w++ = *e;
+    }
+    *w = NULL;
+    return &c;
+}
+
+static void start_test_probe(const struct cand *c);
+
+/* "name (rule: busy)" -> "busy" */
+static void copy_rule(char *dst, size_t cap, const char *desc)
+{
+    const char *r = strstr(desc, "(rule: ");
+    size_t i = 0;
+    if (r)
+        for (r += 7; *r && *r != ')' && i + 1 < cap; r++)
+            dst[i++] = *r;
+    dst[i] = 0;
+}
+
 static void do_init(void)
 {
     const char *out = getenv("IMAS_PROBE_OUT");
@@ -342,6 +482,24 @@ static void do_init(void)
         return;
     }
     bool test;
+    const char *mark = getenv("IMAS_REEXEC"), *rule = NULL;
+    if (mark && *mark) {
+        const struct cand *c = reexec_resume(mark, &test, &rule);
+        bind_next();
+        if (!c) {
+            set_choice("next (bad IMAS_REEXEC)", NULL, NULL);
+            return;
+        }
+        set_choice(c->name, " (rule: ", rule);
+        struct sbuf cs = { choice_desc, strlen(choice_desc), sizeof choice_desc - 1, false };
+        sb_str(&cs, ", preloaded by re-exec)");
+        choice_desc[cs.len] = 0;
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[n > 0 ? n : 0] = 0;
+        if (test && find_home())
+            start_test_probe(c);
+        return;
+    }
     const struct cand *c = decide(&test);
     void *handle = NULL;
     if (c && strcmp(c->lib, "-") != 0) {
@@ -355,8 +513,14 @@ static void do_init(void)
             putenv(env_assign);
         }
         handle = dlopen(c->lib, RTLD_NOW | RTLD_LOCAL);
+        if (!handle) {
+            static char why[256];
+            copy_rule(why, sizeof why, choice_desc);
+            reexec_with(c, why, test);      /* returns only if it could not */
+        }
         if (!handle || !bind(handle)) {
-            imas_warn("cannot load the chosen allocator, staying on the system one", c->lib);
+            const char *why = handle ? "it lacks malloc, free, calloc or realloc" : dlerror();
+            imas_warn("cannot load the chosen allocator, staying on the system one", why ? why : c->lib);
             set_choice("next (failed to load ", c->name, ")");
             handle = NULL;
             test = false;
@@ -367,7 +531,13 @@ static void do_init(void)
     }
     if (!handle)
         bind_next();
-    if (c && test) {
+    if (c && test)
+        start_test_probe(c);
+}
+
+static void start_test_probe(const struct cand *c)
+{
+    {
         struct sbuf b = { spool_pattern, 0, sizeof spool_pattern - 1, false };
         sb_str(&b, home);
         sb_str(&b, "/spool");
@@ -405,6 +575,7 @@ void imas_init(void)
 __attribute__((constructor)) static void imas_ctor(void)
 {
     imas_init();
+    in_startup = false;
     if (imas_probing)
         probe_start_thread();
     const char *d = getenv("IMAS_DEBUG");

@@ -24,13 +24,6 @@ struct sk_lock cache_list_lock = SK_LOCK_INIT;
 struct kmem_cache *cache_list;
 bool cache_ready;
 
-/* Weak, so the library links while a design is being written; an unbuilt
- * design falls back to the first one present, with a warning. */
-extern const struct design_ops slab_design __attribute__((weak));
-extern const struct design_ops slub_design __attribute__((weak));
-extern const struct design_ops slob_design __attribute__((weak));
-extern const struct design_ops slqb_design __attribute__((weak));
-
 static const struct design_ops *const designs[DESIGN_COUNT] = {
     [DESIGN_SLAB] = &slab_design,
     [DESIGN_SLUB] = &slub_design,
@@ -128,16 +121,6 @@ void cache_init(void)
     page_init();
     secret_init();
     size_classes_init();
-    if (!designs[sk_opt.design]) {
-        enum sk_design d = 0;
-        while (d < DESIGN_COUNT && !designs[d])
-            d++;
-        if (d == DESIGN_COUNT)
-            sk_fatal("no object-layer design is built into this library");
-        sk_warn("design %s is not built into this library; using %s",
-                design_name(sk_opt.design), design_name(d));
-        sk_opt.design = d;
-    }
     sk_design = *designs[sk_opt.design];
     if (sk_design.init)
         sk_design.init();
@@ -154,7 +137,7 @@ void cache_init(void)
                 sk_fatal("cannot create the generic cache %s", name);
         }
     }
-    page_set_reclaim_hook(cache_reap_all);
+    page_set_reclaim_hook(cache_reap_all_urgent);
     fork_hooks_install();
     if (sk_opt.stats)
         cache_stats_atexit();
@@ -274,6 +257,8 @@ SK_API void kmem_cache_destroy(kmem_cache_t *cp)
         sk_fatal("kmem_cache_destroy(%p): not a live cache (destroyed twice?)", (void *)cp);
     }
     *pp = cp->next;
+    if (debug_on)
+        debug_cache_destroy(cp);       /* its quarantined buffers go back first */
     cache_flush_threads(cp);
     lock_release(&cache_list_lock);
     sk_design.cache_fini(cp);          /* reports and aborts if objects are still allocated */
@@ -300,8 +285,8 @@ SK_COLD static void *cache_alloc_failed(struct kmem_cache *cp, int flags)
         __atomic_fetch_add(&cp->failures, 1, __ATOMIC_RELAXED);
         return NULL;
     }
-    /* KM_SLEEP: give back everything beyond the working sets and retry. */
-    cache_reap_all();
+    /* KM_SLEEP: memory is short: give back everything free and retry. */
+    cache_reap_all_urgent();
     void *p = sk_design.alloc(cp, KM_NOSLEEP);
     if (!p)
         sk_fatal("kmem_cache_alloc(%s): out of memory (the OS refused more pages)", cp->name);
@@ -474,7 +459,7 @@ SK_API void *kmem_alloc(size_t size, int flags)
     cache_init();
     void *p = cache_kmalloc(size, 0, flags);
     if (unlikely(!p) && !(flags & KM_NOSLEEP)) {
-        cache_reap_all();
+        cache_reap_all_urgent();
         p = cache_kmalloc(size, 0, KM_NOSLEEP);
         if (!p)
             sk_fatal("kmem_alloc(%zu): out of memory (the OS refused more pages)", size);
@@ -494,6 +479,14 @@ SK_API void kmem_free(void *buf, size_t size)
 {
     if (!buf)
         return;
+    /* Fast path: a generic-cache buffer given back with a size of its class
+     * (one descriptor lookup; everything else takes the checks below). */
+    struct page_desc *fd = page_desc_of(buf);
+    if (likely(fd && fd->kind == PAGE_SLAB && size - 1 < KMALLOC_MAX &&
+               kmalloc_caches[kmalloc_index(size)] == fd->cache)) {
+        sk_design.free(fd->cache, buf);
+        return;
+    }
     /* Bonwick's interface passes the size back: check it names the same
      * class the buffer came from. */
     size_t have = cache_ksize(buf);
@@ -530,6 +523,16 @@ size_t cache_reap_all(void)
             bytes += sk_design.reap(cp);
     lock_release(&cache_list_lock);
     return bytes + page_reap();
+}
+
+int cache_reap_urgent;
+
+size_t cache_reap_all_urgent(void)
+{
+    __atomic_fetch_add(&cache_reap_urgent, 1, __ATOMIC_RELAXED);
+    size_t bytes = cache_reap_all();
+    __atomic_fetch_sub(&cache_reap_urgent, 1, __ATOMIC_RELAXED);
+    return bytes;
 }
 
 SK_API size_t kmem_reap(void)

@@ -161,6 +161,12 @@ void  cache_internal_free(void *p, size_t size);
 
 /* Reap every cache and then the page layer; bytes released. */
 size_t cache_reap_all(void);
+/* The same when memory is short (KM_SLEEP retry, the page layer's reclaim
+ * hook): cache_reap_urgent is > 0 meanwhile, and designs that keep a working
+ * set (SLAB's depot) give back everything free instead.  kmem_reap() is the
+ * gentle form. */
+extern int cache_reap_urgent;
+size_t cache_reap_all_urgent(void);
 
 /* Reporting helpers for designs (all abort). */
 SK_NORETURN SK_COLD void cache_bad_free(struct kmem_cache *cp, const void *p, const char *what);

@@ -516,11 +516,10 @@ static int dbg_cache_init(struct kmem_cache *cp)
     return real.cache_init(cp);
 }
 
-static void dbg_cache_fini(struct kmem_cache *cp)
+void debug_cache_destroy(struct kmem_cache *cp)
 {
     if (cp->debug)
         quarantine_flush_cache(cp);
-    real.cache_fini(cp);
 }
 
 static void *dbg_alloc(struct kmem_cache *cp, int flags)
@@ -691,7 +690,6 @@ void debug_install(void)
     uintptr_t seed = (uintptr_t)&seed ^ 0x2545f4914f6cdd1dull;
     trailer_secret = seed * 0x9e3779b97f4a7c15ull;
     sk_design.cache_init = dbg_cache_init;
-    sk_design.cache_fini = dbg_cache_fini;
     sk_design.alloc = dbg_alloc;
     sk_design.free = dbg_free;
     sk_design.kmalloc = dbg_kmalloc;

@@ -7,12 +7,15 @@
 
 #include "../core/common.h"
 
+struct kmem_cache;
+
 extern bool debug_on;
 
 void debug_install(void);               /* called by cache_init before any cache exists */
 size_t debug_ksize(const void *p);      /* usable size = the size asked for */
 bool debug_guarded_free(void *p);       /* true if p was a guarded large block (now freed) */
-void debug_note_free(const void *p);    /* a large or OS-direct block is being freed */
+void debug_note_free(const void *p);
+void debug_cache_destroy(struct kmem_cache *cp);  /* before its threads' state is flushed */    /* a large or OS-direct block is being freed */
 void debug_fork_prepare(void);
 void debug_fork_parent(void);
 void debug_fork_child(void);

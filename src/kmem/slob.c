@@ -459,6 +459,7 @@ static SK_NOINLINE void *slob_big_alloc(struct kmem_cache *cp, size_t npages, in
     for (size_t i = 1; i < npages; i++) {     /* tails too, so an interior pointer reaches us */
         d[i].kind = PAGE_SLAB;
         d[i].cache = cp;
+        d[i].priv[1] = 0;
     }
     d->cache = cp;
     d->priv[0] = npages;

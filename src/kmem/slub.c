@@ -38,13 +38,17 @@
 
 /* --- Per-slab state, in the head page descriptor's priv[] ----------------- */
 
+struct slub_cpu;
 struct slub_slab {
     struct page_desc *next;   /* node partial list (doubly linked) or cpu partial list */
     uint64_t word;            /* freelist | inuse << 47 | frozen << 63 (CAS) */
     uint32_t objects;         /* objects in this slab (a fallback order holds fewer) */
     uint32_t order;
-    struct page_desc *prev;   /* node partial list */
-    uintptr_t spare;
+    union {
+        struct page_desc *prev;   /* unfrozen: node partial list */
+        void *local;              /* frozen on a cpu partial list: the owner's own frees */
+    };
+    struct slub_cpu *owner;   /* frozen: the owning thread's state, else NULL (relaxed atomics) */
 };
 _Static_assert(sizeof(struct slub_slab) <= sizeof(((struct page_desc *)0)->priv), "slab state fits priv");
 
@@ -193,7 +197,7 @@ static struct page_desc *new_slab(struct kmem_cache *cp, struct slub_cache *sc, 
     s->next = s->prev = NULL;
     s->objects = objects;
     s->order = order;
-    s->spare = 0;
+    s->owner = NULL;
     __atomic_store_n(&s->word, w_make(NULL, objects, true), __ATOMIC_RELEASE);
     __atomic_fetch_add(&sc->nr_slabs, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&sc->nr_objs, objects, __ATOMIC_RELAXED);
@@ -258,35 +262,77 @@ static void remove_partial(struct slub_cache *sc, struct page_desc *d)
 
 /* --- Freezing and unfreezing ----------------------------------------------- */
 
+/* owner is written only by the thread that froze the slab (after its
+ * freezing CAS, cleared before its unfreezing CAS) and read by any thread
+ * freeing into it: a thread sees itself there only while it owns the slab. */
+SK_INLINE struct slub_cpu *owner_of(struct slub_slab *s) { return __atomic_load_n(&s->owner, __ATOMIC_RELAXED); }
+SK_INLINE void set_owner(struct slub_slab *s, struct slub_cpu *c) { __atomic_store_n(&s->owner, c, __ATOMIC_RELAXED); }
+
 /* The owner takes a frozen slab's shared list (remote frees) whole.  When it
  * is empty the slab is full: unfreeze it in the same CAS (Linux get_freelist),
  * so the next free into it hands it to a cpu partial list. */
-static void *take_freelist(struct page_desc *d)
+static void *take_freelist(struct page_desc *d, struct slub_cpu *c)
 {
     struct slub_slab *s = slab_of(d);
     uint64_t old = w_load(s), new;
     void *list;
+    set_owner(s, NULL);
     do {
         list = w_ptr(old);
         new = w_make(NULL, s->objects, list != NULL);
     } while (!w_cas(s, &old, new));
+    if (list)
+        set_owner(s, c);
     return list;
 }
 
 /* Freeze a slab of the node partial list (caller holds sc->lock and removes
  * it), taking its list when `take` (Linux acquire_slab). */
-static void *acquire_slab(struct page_desc *d, bool take)
+static void *acquire_slab(struct page_desc *d, struct slub_cpu *c, bool take)
 {
     struct slub_slab *s = slab_of(d);
     uint64_t old = w_load(s), new;
     do {
         new = take ? w_make(NULL, s->objects, true) : old | W_FROZEN;
     } while (!w_cas(s, &old, new));
+    s->local = NULL;
+    set_owner(s, c);
     return take ? w_ptr(old) : NULL;
 }
 
-/* Unfreeze a list of cpu partial slabs onto the node list; empty ones beyond
- * min_partial go back to the page layer (Linux unfreeze_partials). */
+/* The last object of a private list of `count` objects (checked against the
+ * slab's size, so a corrupt list cannot loop forever). */
+static void *list_tail(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *d,
+                       void *list, unsigned *count)
+{
+    void *tail = NULL;
+    unsigned n = 0;
+    for (void *p = list; p; p = get_fp(cp, p, sc->fp_off)) {
+        if (unlikely(++n > slab_of(d)->objects))
+            sk_report_buffer("corrupt free list", p, cp->name,
+                             "a thread's free list of a slab holds more objects than the slab");
+        tail = p;
+    }
+    *count = n;
+    return tail;
+}
+
+/* The new word of a slab being unfrozen with the private list
+ * [list .. tail] (count objects) put in front of its shared list. */
+SK_INLINE uint64_t merge_word(struct kmem_cache *cp, struct slub_cache *sc, uint64_t old,
+                              void *list, void *tail, unsigned count)
+{
+    void *head = w_ptr(old);
+    if (tail) {
+        set_fp(cp, tail, sc->fp_off, head);
+        head = list;
+    }
+    return w_make(head, w_inuse(old) - count, false);
+}
+
+/* Unfreeze a list of cpu partial slabs onto the node list, each with its
+ * owner's local frees merged back; empty ones beyond min_partial go back to
+ * the page layer (Linux unfreeze_partials). */
 static void unfreeze_partials(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *list)
 {
     struct page_desc *discard = NULL;
@@ -295,9 +341,14 @@ static void unfreeze_partials(struct kmem_cache *cp, struct slub_cache *sc, stru
         struct page_desc *d = list;
         struct slub_slab *s = slab_of(d);
         list = s->next;
-        uint64_t old = w_load(s), new;
+        unsigned count;
+        void *local = s->local;
+        void *tail = list_tail(cp, sc, d, local, &count);
+        set_owner(s, NULL);
+        s->local = NULL;
+            uint64_t old = w_load(s), new;
         do {
-            new = old & ~W_FROZEN;
+            new = merge_word(cp, sc, old, local, tail, count);
         } while (!w_cas(s, &old, new));
         if (w_inuse(new) == 0 && sc->nr_partial >= sc->min_partial) {
             s->next = discard;
@@ -320,28 +371,16 @@ static void unfreeze_partials(struct kmem_cache *cp, struct slub_cache *sc, stru
 static void deactivate_slab(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *d, void *freelist)
 {
     struct slub_slab *s = slab_of(d);
-    void *tail = NULL;
-    unsigned count = 0;
-    for (void *p = freelist; p; p = get_fp(cp, p, sc->fp_off)) {
-        if (unlikely(++count > s->objects))
-            sk_report_buffer("corrupt free list", p, cp->name,
-                             "the thread's free list of a slab holds more objects than the slab");
-        tail = p;
-    }
+    unsigned count;
+    void *tail = list_tail(cp, sc, d, freelist, &count);
     enum { M_FREE, M_PARTIAL, M_FULL } mode;
+    set_owner(s, NULL);
     uint64_t old = w_load(s), new;
     for (;;) {
-        void *shared = w_ptr(old);
-        unsigned inuse = w_inuse(old) - count;
-        void *head = shared;
-        if (tail) {
-            set_fp(cp, tail, sc->fp_off, shared);
-            head = freelist;
-        }
-        new = w_make(head, inuse, false);
-        if (inuse == 0 && __atomic_load_n(&sc->nr_partial, __ATOMIC_RELAXED) >= sc->min_partial) {
+        new = merge_word(cp, sc, old, freelist, tail, count);
+        if (w_inuse(new) == 0 && __atomic_load_n(&sc->nr_partial, __ATOMIC_RELAXED) >= sc->min_partial) {
             mode = M_FREE;
-        } else if (head) {
+        } else if (w_ptr(new)) {
             mode = M_PARTIAL;
             lock_acquire(&sc->lock);
         } else {
@@ -390,7 +429,10 @@ static void put_cpu_partial(struct kmem_cache *cp, struct slub_cache *sc, struct
         c->partial_slabs = 0;
         unfreeze_partials(cp, sc, list);
     }
-    slab_of(d)->next = c->partial;
+    struct slub_slab *s = slab_of(d);
+    s->local = NULL;
+    set_owner(s, c);
+    s->next = c->partial;
     c->partial = d;
     c->partial_slabs++;
 }
@@ -403,6 +445,18 @@ SK_INLINE void cpu_set_slab(struct slub_cache *sc, struct slub_cpu *c, struct pa
 }
 
 /* --- Allocation ------------------------------------------------------------ */
+
+/* cache_cpu for the fast paths: NULL whenever anything is unusual (no thread
+ * state yet, an id beyond the inline slots, no state for cp); the slow paths
+ * then do the full lookup.  Keeps the fast paths free of calls, so they
+ * need no stack frame. */
+SK_INLINE struct slub_cpu *cpu_fast(struct kmem_cache *cp)
+{
+    struct sk_thread *t = sk_self;
+    if (likely(t != NULL && cp->id < THREAD_CPU_INLINE))
+        return t->cpu[cp->id];
+    return NULL;
+}
 
 /* Node partial slabs: the first becomes the active slab (its list is
  * returned), more fill the cpu partial list up to half its bound (Linux
@@ -419,10 +473,10 @@ static void *get_partial(struct slub_cache *sc, struct slub_cpu *c)
         struct page_desc *next = slab_of(d)->next;
         remove_partial(sc, d);
         if (!freelist) {
-            freelist = acquire_slab(d, true);
+            freelist = acquire_slab(d, c, true);
             cpu_set_slab(sc, c, d);
         } else {
-            acquire_slab(d, false);
+            acquire_slab(d, c, false);
             slab_of(d)->next = c->partial;
             c->partial = d;
             c->partial_slabs++;
@@ -437,13 +491,14 @@ static void *get_partial(struct slub_cache *sc, struct slub_cpu *c)
 }
 
 /* The thread's private list is empty (Linux ___slab_alloc): the active slab's
- * remote frees, then the cpu partial slabs, then the node, then a new slab. */
+ * remote frees, then the cpu partial slabs (their local frees first), then
+ * the node, then a new slab. */
 static void *alloc_refill(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c, int flags)
 {
     void *obj;
     for (;;) {
         if (c->slab) {
-            obj = take_freelist(c->slab);
+            obj = take_freelist(c->slab, c);
             if (obj)
                 break;
             c->slab = NULL;                /* full: unfrozen by take_freelist, on no list */
@@ -451,9 +506,14 @@ static void *alloc_refill(struct kmem_cache *cp, struct slub_cache *sc, struct s
         }
         if (c->partial) {
             struct page_desc *d = c->partial;
-            c->partial = slab_of(d)->next;
+            struct slub_slab *s = slab_of(d);
+            c->partial = s->next;
             c->partial_slabs--;
             cpu_set_slab(sc, c, d);
+            obj = s->local;                /* counted in use already, as the private list is */
+            s->local = NULL;
+                    if (obj)
+                break;
             continue;
         }
         obj = get_partial(sc, c);
@@ -462,6 +522,7 @@ static void *alloc_refill(struct kmem_cache *cp, struct slub_cache *sc, struct s
         struct page_desc *d = new_slab(cp, sc, flags, &obj);
         if (!d)
             return NULL;
+        set_owner(slab_of(d), c);
         cpu_set_slab(sc, c, d);
         break;
     }
@@ -507,21 +568,29 @@ static void *alloc_shared(struct kmem_cache *cp, struct slub_cache *sc, int flag
     return obj;
 }
 
-SK_NOINLINE static void *slub_alloc_slow(struct kmem_cache *cp, struct slub_cpu *c, int flags)
+SK_NOINLINE static void *slub_alloc_slow(struct kmem_cache *cp, int flags)
 {
     struct slub_cache *sc = cache_priv(cp);
+    struct slub_cpu *c = cache_cpu(cp);
     if (!c) {
         c = cpu_create(cp);
         if (!c)
             return alloc_shared(cp, sc, flags);
     }
+    void *obj = c->freelist;
+    if (obj) {                 /* the fast path was bypassed (a cache id beyond the inline slots) */
+        c->freelist = get_fp(cp, obj, c->fp_off);
+        c->allocs++;
+        return obj;
+    }
     return alloc_refill(cp, sc, c, flags);
 }
 
-/* Fast path: TLS load, slot load, pop with the obfuscated next pointer. */
+/* Fast path: TLS load, slot load, pop with the obfuscated next pointer
+ * (~20 instructions, no stack frame: every other case is a tail call). */
 static void *slub_alloc(struct kmem_cache *cp, int flags)
 {
-    struct slub_cpu *c = cache_cpu(cp);
+    struct slub_cpu *c = cpu_fast(cp);
     if (likely(c != NULL)) {
         void *obj = c->freelist;
         if (likely(obj != NULL)) {
@@ -530,20 +599,21 @@ static void *slub_alloc(struct kmem_cache *cp, int flags)
             return obj;
         }
     }
-    return slub_alloc_slow(cp, c, flags);
+    return slub_alloc_slow(cp, flags);
 }
 
 /* --- Free ------------------------------------------------------------------- */
 
-/* A free into a slab that is not the thread's active one: push on the slab's
- * shared list by CAS (Linux __slab_free).  A full unfrozen slab becomes this
- * thread's cpu partial slab; an unfrozen slab that empties goes back to the
- * page layer if the node keeps min_partial others. */
+/* A free into a slab this thread did not freeze: push on the slab's shared
+ * list by CAS (Linux __slab_free).  A full unfrozen slab is frozen instead
+ * and becomes this thread's cpu partial slab, the object the first on its
+ * local list; an unfrozen slab that empties goes back to the page layer if
+ * the node keeps min_partial others.  c is NULL for an exited thread. */
 static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c,
                       struct page_desc *d, void *obj)
 {
     struct slub_slab *s = slab_of(d);
-    bool locked = false, was_frozen;
+    bool locked = false, freeze, was_frozen;
     void *prior;
     unsigned inuse;
     uint64_t old = w_load(s), new;
@@ -559,12 +629,13 @@ static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_
         if (unlikely(w_inuse(old) == 0))
             report_double_free(cp, obj, "free: every object of its slab is free");
         inuse = w_inuse(old) - 1;
-        set_fp(cp, obj, sc->fp_off, prior);
-        new = w_make(obj, inuse, was_frozen);
-        if (!was_frozen && (inuse == 0 || !prior)) {
-            if (c && !prior) {
-                new |= W_FROZEN;       /* it goes to our cpu partial list */
-            } else {
+        freeze = !was_frozen && !prior && c;
+        if (freeze) {
+            new = old | W_FROZEN;      /* the object goes on the local list, still counted in use */
+        } else {
+            set_fp(cp, obj, sc->fp_off, prior);
+            new = w_make(obj, inuse, was_frozen);
+            if (!was_frozen && (inuse == 0 || !prior)) {
                 lock_acquire(&sc->lock);
                 locked = true;
             }
@@ -572,11 +643,14 @@ static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_
         if (w_cas(s, &old, new))
             break;
     }
-    if (!locked) {
-        if (!was_frozen && (new & W_FROZEN))
-            put_cpu_partial(cp, sc, c, d);
+    if (freeze) {
+        put_cpu_partial(cp, sc, c, d);
+        set_fp(cp, obj, sc->fp_off, NULL);
+        s->local = obj;
         return;
     }
+    if (!locked)
+        return;                        /* frozen (another thread's), or still partial */
     if (inuse == 0 && sc->nr_partial >= sc->min_partial) {
         if (prior)
             remove_partial(sc, d);
@@ -589,23 +663,6 @@ static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_
     lock_release(&sc->lock);
 }
 
-SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
-{
-    struct slub_cache *sc = cache_priv(cp);
-    struct page_desc *d = page_desc_of(obj)->head;
-    uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(d);
-    if (unlikely(off >= (uintptr_t)slab_of(d)->objects * sc->bufsize ||
-                 !divisible(off, sc->div_inv, sc->div_shift, sc->div_lim)))
-        report_interior(cp, obj, off);
-    if (!c)
-        c = cpu_create(cp);
-    if (c)
-        c->frees++;
-    else
-        __atomic_fetch_add(&sc->frees, 1, __ATOMIC_RELAXED);
-    slab_free(cp, sc, c, d, obj);
-}
-
 SK_COLD SK_NORETURN static void slub_free_bad(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
 {
     uintptr_t off = (uintptr_t)obj - c->base;
@@ -614,25 +671,66 @@ SK_COLD SK_NORETURN static void slub_free_bad(struct kmem_cache *cp, struct slub
     report_interior(cp, obj, off);
 }
 
+/* An object of the thread's active slab goes on its private list. */
+SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
+{
+    uintptr_t off = (uintptr_t)obj - c->base;
+    if (likely(off < c->span)) {
+        void *head = c->freelist;
+        if (unlikely(!divisible(off, c->div_inv, c->div_shift, c->div_lim) || obj == head))
+            slub_free_bad(cp, c, obj);
+        set_fp(cp, obj, c->fp_off, head);
+        c->freelist = obj;
+        c->frees++;
+        return true;
+    }
+    return false;
+}
+
+/* Not the active slab.  A slab this thread froze (its cpu partial list)
+ * takes the object on its local list with no atomic: a slab a free has just
+ * frozen collects the rest of that thread's frees into it for the price of
+ * one CAS.  Any other slab: the shared list, by CAS. */
+SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    struct slub_cpu *c = cache_cpu(cp);
+    if (c && free_to_active(cp, c, obj))     /* the fast path was bypassed (cache id >= 64) */
+        return;
+    struct page_desc *d = page_desc_of(obj)->head;
+    struct slub_slab *s = slab_of(d);
+    uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(d);
+    if (unlikely(off >= (uintptr_t)s->objects * sc->bufsize ||
+                 !divisible(off, sc->div_inv, sc->div_shift, sc->div_lim)))
+        report_interior(cp, obj, off);
+    if (!c) {
+        c = cpu_create(cp);
+        if (!c) {
+            __atomic_fetch_add(&sc->frees, 1, __ATOMIC_RELAXED);
+            slab_free(cp, sc, NULL, d, obj);
+            return;
+        }
+    }
+    c->frees++;
+    if (owner_of(s) == c) {
+        if (unlikely(obj == s->local))
+            report_double_free(cp, obj, "at the head of its slab's local free list");
+        set_fp(cp, obj, sc->fp_off, s->local);
+        s->local = obj;
+        return;
+    }
+    slab_free(cp, sc, c, d, obj);
+}
+
 /* Fast path: an object of the thread's active slab is pushed on its private
  * list; the range test, the interior-pointer test and the immediate double
  * free test are a subtract, a multiply, a rotate and three compares. */
 static void slub_free(struct kmem_cache *cp, void *obj)
 {
-    struct slub_cpu *c = cache_cpu(cp);
-    if (likely(c != NULL)) {
-        uintptr_t off = (uintptr_t)obj - c->base;
-        if (likely(off < c->span)) {
-            void *head = c->freelist;
-            if (unlikely(!divisible(off, c->div_inv, c->div_shift, c->div_lim) || obj == head))
-                slub_free_bad(cp, c, obj);
-            set_fp(cp, obj, c->fp_off, head);
-            c->freelist = obj;
-            c->frees++;
-            return;
-        }
-    }
-    slub_free_slow(cp, c, obj);
+    struct slub_cpu *c = cpu_fast(cp);
+    if (likely(c != NULL) && likely(free_to_active(cp, c, obj)))
+        return;
+    slub_free_slow(cp, obj);
 }
 
 /* --- Cache set-up and tear-down ---------------------------------------------- */

@@ -6,40 +6,56 @@
  *
  * Data (the paper gives none; these are ours):
  *  - buddy spaces: max(4, 2 * ncpu) of them (at most IB_MAX_SPACES), each
- *    with its own lock, a doubly linked LIFO list of its free frames (through
- *    desc.free, so a frame taken into a run leaves the list in O(1)), its
- *    regions, and its counters.  Each region belongs to one space (the one
- *    that grew it); a frame's space is in desc.space, so a freed frame goes
- *    home.  Threads get a home space round-robin at first use (thread.space)
- *    and borrow from the others only when theirs is empty, before growing.
- *  - per region, a bitmap of free frames (region_hdr.map[].free) searched a
- *    64-bit word at a time for an aligned run: for 2^k <= 32 frames, x &= x >>
- *    s (s = 1, 2, .. 2^(k-1)) leaves bit i set iff frames i..i+2^k-1 are free,
- *    masked to aligned positions; for 64 frames or more, whole words of ones.
- *    nr_free per region skips regions that cannot hold the run; hint starts
- *    the search where frames were last freed in bulk.
+ *    with its own lock, its regions, the list of those with free frames
+ *    (avail), and its counters.  Each region belongs to the space that grew
+ *    it (region.space), so a freed frame goes home.  Threads get a home space
+ *    round-robin at first use (thread.space) and borrow from the others only
+ *    when theirs is empty, before growing.
+ *  - per region, a bitmap of free frames (map[].free) and a summary word per
+ *    64 bitmap words (bit w set iff word w has a free frame).  A single-frame
+ *    allocation is: first summary bit, then first free bit (two ctz), clear;
+ *    a free sets the bit: O(1), no list, no neighbouring descriptor touched.
+ *    Lowest address first keeps the high frames of a region in long runs.
+ *  - a multi-frame block is an aligned run of 2^order set bits, searched a
+ *    word at a time: for 2^k <= 32 frames, x &= x >> s (s = 1, 2, .. 2^(k-1))
+ *    leaves bit i set iff frames i..i+2^k-1 are free, masked to aligned
+ *    positions; for 64 frames or more, whole words of ones.  Freeing a block
+ *    sets its bits: it dissolves into frames (no coalescing work).  Before
+ *    searching, the space's few remembered recently freed runs (recent[],
+ *    hints checked against the bits in O(1)) are tried: a program that frees
+ *    and reallocates blocks of the same orders gets them back without a scan.
  *  - purged bits (frames madvised away) sit beside the free bits; aged bits
  *    are the free bits at the last purge pass (a run free at two passes
  *    return_delay_ms apart is given back).
- * Free frames have kind PAGE_FREE, order 0.  Counters: "merges" counts
- * multi-frame blocks built from frames, "splits" multi-frame blocks dissolved
- * into frames when freed; single frames never touch either.
+ * Descriptors of free frames are not maintained (a freed head says PAGE_FREE,
+ * pages.c clears the tails of freed blocks to PAGE_UNUSED): the bits are the
+ * truth.  Counters: "merges" counts multi-frame blocks built from frames,
+ * "splits" blocks dissolved into frames when freed; single frames never
+ * touch either.
  *
- * Locking: a space's lock protects its list, its regions' bitmaps and
- * counts, and the descriptors of its free frames.  Never two space locks at
+ * Locking: a space's lock protects its lists, its regions' bitmaps and
+ * counts.  Never two space locks at
  * once; growth takes region_lock with no space lock held. */
+#include <string.h>
 #include "page_int.h"
 #include "../os/os.h"
 
 #define IB_MAX_SPACES 64
+#define IB_RECENT     8      /* remembered free runs per order and space (a power of two) */
+
+struct ib_recent { uint32_t n, top; struct page_desc *d[IB_RECENT]; };   /* ring, newest at top-1 */
 
 struct ib_space {
     struct sk_lock lock;
-    struct page_desc *head;              /* free frames, LIFO */
     uint64_t nr_free;
-    struct region_hdr *regions;
+    struct region_hdr *regions;          /* all regions of the space */
+    struct region_hdr *avail;            /* those with free frames */
     uint64_t allocs[MAX_ORDER + 1], frees[MAX_ORDER + 1];
     uint64_t splits, merges, frag_events;
+    /* Hints, not memory: heads of recently freed runs per order, newest
+     * last.  Checked against the bitmap before use (a single-frame
+     * allocation may have taken part of one since). */
+    struct ib_recent recent[MAX_ORDER + 1];
 } SK_ALIGNED(CACHE_LINE);
 
 static struct ib_space spaces[IB_MAX_SPACES];
@@ -62,59 +78,181 @@ static unsigned home_space(struct sk_thread *t)
     return t->space - 1;
 }
 
-SK_INLINE void frame_push(struct ib_space *s, struct page_desc *d)
+static void avail_add(struct ib_space *s, struct region_hdr *r)
 {
-    struct region_hdr *r = region_of_desc(d);
-    uint32_t i = desc_index(d);
-    struct page_desc *h = s->head;
-    d->kind = PAGE_FREE;
-    d->order = 0;
-    d->free.prev = NULL;
-    d->free.next = h;
-    if (h)
-        h->free.prev = d;
-    s->head = d;
-    r->map[i >> 6].free |= 1ull << (i & 63);
-    r->nr_free++;
+    r->avail_prev = NULL;
+    r->avail_next = s->avail;
+    if (s->avail)
+        s->avail->avail_prev = r;
+    s->avail = r;
+}
+
+static void avail_del(struct ib_space *s, struct region_hdr *r)
+{
+    if (r->avail_prev)
+        r->avail_prev->avail_next = r->avail_next;
+    else
+        s->avail = r->avail_next;
+    if (r->avail_next)
+        r->avail_next->avail_prev = r->avail_prev;
+}
+
+/* Sets the free bits of frames [idx, idx+n) of r (all in use before). */
+static void bits_set(struct ib_space *s, struct region_hdr *r, uint32_t idx, uint32_t n)
+{
+    uint32_t end = idx + n;
+    if (likely(n < 64 && (idx & 63) + n <= 64)) {
+        uint32_t w = idx >> 6;
+        if (!r->map[w].free)
+            r->summary[w >> 6] |= 1ull << (w & 63);
+        r->map[w].free |= ((1ull << n) - 1) << (idx & 63);
+        idx = end;
+    }
+    while (idx < end) {
+        uint32_t w = idx >> 6, b = idx & 63;
+        uint32_t k = end - idx < 64 - b ? end - idx : 64 - b;
+        uint64_t m = (k == 64 ? ~0ull : ((1ull << k) - 1)) << b;
+        if (!r->map[w].free)
+            r->summary[w >> 6] |= 1ull << (w & 63);
+        r->map[w].free |= m;
+        idx += k;
+    }
+    if (r->nr_free == 0)
+        avail_add(s, r);
+    r->nr_free += n;
+    s->nr_free += n;
+}
+
+/* bits_set for one frame: the lazy layer's drains. */
+SK_INLINE void bit_set1(struct ib_space *s, struct region_hdr *r, uint32_t idx)
+{
+    uint32_t w = idx >> 6;
+    uint64_t old = r->map[w].free;
+    if (!old)
+        r->summary[w >> 6] |= 1ull << (w & 63);
+    r->map[w].free = old | (1ull << (idx & 63));
+    if (r->nr_free++ == 0)
+        avail_add(s, r);
     s->nr_free++;
 }
 
-SK_INLINE void frame_unlink(struct ib_space *s, struct page_desc *d)
+/* Clears the free (and purged) bits of frames [idx, idx+n), all free. */
+static void bits_clear(struct ib_space *s, struct region_hdr *r, uint32_t idx, uint32_t n)
 {
-    if (d->free.prev)
-        d->free.prev->free.next = d->free.next;
-    else
-        s->head = d->free.next;
-    if (d->free.next)
-        d->free.next->free.prev = d->free.prev;
+    uint32_t end = idx + n;
+    if (likely(n < 64 && (idx & 63) + n <= 64)) {
+        uint32_t w = idx >> 6;
+        uint64_t m = ((1ull << n) - 1) << (idx & 63);
+        r->map[w].free &= ~m;
+        r->map[w].purged &= ~m;
+        if (!r->map[w].free)
+            r->summary[w >> 6] &= ~(1ull << (w & 63));
+        idx = end;
+    }
+    while (idx < end) {
+        uint32_t w = idx >> 6, b = idx & 63;
+        uint32_t k = end - idx < 64 - b ? end - idx : 64 - b;
+        uint64_t m = (k == 64 ? ~0ull : ((1ull << k) - 1)) << b;
+        r->map[w].free &= ~m;
+        r->map[w].purged &= ~m;
+        if (!r->map[w].free)
+            r->summary[w >> 6] &= ~(1ull << (w & 63));
+        idx += k;
+    }
+    r->nr_free -= n;
+    s->nr_free -= n;
+    if (r->nr_free == 0)
+        avail_del(s, r);
 }
 
-/* Pops up to n frames as a chain (through free.next) of the given kind. */
+/* Pops up to n single frames, lowest address first, as a chain through
+ * free.next of descriptors of the given kind.  O(1) per frame: the summary
+ * word finds a bitmap word with a free frame, ctz finds the frame. */
 static unsigned pop_frames(struct ib_space *s, unsigned n, uint8_t kind, struct page_desc **chain)
 {
-    struct page_desc *d = s->head, *last = NULL;
+    struct page_desc *head = NULL, **tail = &head;
     unsigned got = 0;
-    *chain = d;
-    while (d && got < n) {
-        struct region_hdr *r = region_of_desc(d);
-        uint32_t i = desc_index(d);
-        uint64_t bit = 1ull << (i & 63);
-        r->map[i >> 6].free &= ~bit;
-        r->map[i >> 6].purged &= ~bit;
-        r->nr_free--;
-        d->kind = kind;
-        last = d;
-        d = d->free.next;
-        got++;
+    while (got < n) {
+        struct region_hdr *r = s->avail;
+        if (!r)
+            break;
+        struct page_desc *descs = region_descs(r);
+        unsigned taken = 0;
+        while (got < n && taken < r->nr_free) {
+            unsigned sw = 0;
+            while (!r->summary[sw])
+                sw++;
+            unsigned w = sw * 64 + (unsigned)__builtin_ctzll(r->summary[sw]);
+            uint64_t x = r->map[w].free, took = 0;
+            /* Take frames from this word while we need them. */
+            while (x && got < n) {
+                unsigned b = (unsigned)__builtin_ctzll(x);
+                x &= x - 1;
+                took |= 1ull << b;
+                struct page_desc *d = descs + w * 64 + b;
+                d->kind = kind;
+                d->order = 0;
+                *tail = d;
+                tail = &d->free.next;
+                got++;
+                taken++;
+            }
+            r->map[w].free = x;
+            r->map[w].purged &= ~took;
+            if (!x)
+                r->summary[sw] &= ~(1ull << (w & 63));
+        }
+        r->nr_free -= taken;
+        s->nr_free -= taken;
+        if (r->nr_free == 0)
+            avail_del(s, r);
     }
-    if (got) {
-        last->free.next = NULL;
-        s->head = d;
-        if (d)
-            d->free.prev = NULL;
-        s->nr_free -= got;
-    }
+    *tail = NULL;
+    *chain = head;
     return got;
+}
+
+/* True if frames [idx, idx + 2^order) of r are all free. */
+static bool run_free(const struct region_hdr *r, uint32_t idx, unsigned order)
+{
+    if (order >= 6) {
+        for (uint32_t w = idx >> 6; w < (idx >> 6) + (1u << (order - 6)); w++)
+            if (r->map[w].free != ~0ull)
+                return false;
+        return true;
+    }
+    uint64_t m = ((1ull << (1u << order)) - 1) << (idx & 63);
+    return (r->map[idx >> 6].free & m) == m;
+}
+
+static void recent_push(struct ib_space *s, struct page_desc *d, unsigned order)
+{
+    struct ib_recent *q = &s->recent[order];
+    q->d[q->top++ & (IB_RECENT - 1)] = d;          /* the oldest is overwritten */
+    if (q->n < IB_RECENT)
+        q->n++;
+}
+
+/* A remembered run of order >= `order` whose first 2^order frames are still
+ * free: O(1) per hint.  The rest of a larger run is remembered in pieces, as
+ * a buddy split would leave it. */
+static struct page_desc *recent_take(struct ib_space *s, unsigned order, struct region_hdr **rp)
+{
+    for (unsigned o = order; o <= MAX_ORDER; o++) {
+        struct ib_recent *q = &s->recent[o];
+        while (q->n) {
+            q->n--;
+            struct page_desc *d = q->d[--q->top & (IB_RECENT - 1)];
+            struct region_hdr *r = region_of_desc(d);
+            if (&spaces[r->r.space] != s || !run_free(r, desc_index(d), order))
+                continue;
+            for (unsigned k = o; k > order; k--)
+                recent_push(s, d + ((size_t)1 << (k - 1)), k - 1);
+            *rp = r;
+            return d;
+        }
+    }
+    return NULL;
 }
 
 /* Frame index of an aligned run of 2^order free frames in r, or -1. */
@@ -153,84 +291,52 @@ static int find_run(struct region_hdr *r, unsigned order)
     return -1;
 }
 
-/* Takes the run [idx, idx + 2^order) of r out of s as an allocated block. */
-static struct page_desc *take_run(struct ib_space *s, struct region_hdr *r, uint32_t idx, unsigned order)
-{
-    struct page_desc *head = region_descs(r) + idx;
-    size_t len = (size_t)1 << order;
-    for (size_t k = 0; k < len; k++) {
-        struct page_desc *d = head + k;
-        frame_unlink(s, d);
-        d->kind = PAGE_TAIL;
-        d->head = head;
-    }
-    head->kind = PAGE_USED;
-    head->order = (uint8_t)order;
-    if (order < 6) {
-        uint64_t m = ((1ull << len) - 1) << (idx & 63);
-        r->map[idx >> 6].free &= ~m;
-        r->map[idx >> 6].purged &= ~m;
-    } else {
-        for (size_t w = idx >> 6; w < (idx >> 6) + (len >> 6); w++)
-            r->map[w].free = r->map[w].purged = 0;
-    }
-    r->nr_free -= (uint32_t)len;
-    s->nr_free -= len;
-    s->merges++;
-    return head;
-}
-
 /* Space lock held. */
 static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
 {
     if (order == 0) {
         struct page_desc *d;
-        if (!pop_frames(s, 1, PAGE_USED, &d))
-            return NULL;
-        return d;
+        return pop_frames(s, 1, PAGE_USED, &d) ? d : NULL;
     }
-    if (s->nr_free < ((uint64_t)1 << order))
+    uint32_t len = 1u << order;
+    if (s->nr_free < len)
         return NULL;
-    for (struct region_hdr *r = s->regions; r; r = r->space_next) {
-        if (r->nr_free < (1u << order))
-            continue;
-        int idx = find_run(r, order);
-        if (idx >= 0)
-            return take_run(s, r, (uint32_t)idx, order);
+    struct region_hdr *r;
+    struct page_desc *head = recent_take(s, order, &r);
+    if (!head) {
+        for (r = s->avail; r; r = r->avail_next) {
+            if (r->nr_free < len)
+                continue;
+            int idx = find_run(r, order);
+            if (idx >= 0) {
+                head = region_descs(r) + idx;
+                break;
+            }
+        }
+        if (!head)
+            return NULL;
     }
-    return NULL;
+    bits_clear(s, r, desc_index(head), len);
+    s->merges++;                         /* a block built from frames */
+    head->kind = PAGE_USED;
+    head->order = (uint8_t)order;
+    return head;
 }
 
-/* A new region for space si, its frames pushed so that pops go upward. */
+/* A new region for space si.  Its descriptors stay zero until frames are
+ * handed out (free frames are known by their bits, not their descriptors). */
 static bool grow(unsigned si)
 {
     struct region_hdr *r = region_create(si);
     if (!r)
         return false;
-    struct page_desc *descs = region_descs(r);
     uint32_t first = r->r.first_page;
-    /* The region is private until linked: build the chain without the lock. */
-    for (uint32_t i = first; i < REGION_PAGES; i++) {
-        struct page_desc *d = descs + i;
-        d->kind = PAGE_FREE;
-        d->order = 0;
-        d->space = (uint16_t)si;
-        d->free.prev = i > first ? d - 1 : NULL;
-        d->free.next = i + 1 < REGION_PAGES ? d + 1 : NULL;
-    }
-    for (uint32_t w = 0; w < REGION_WORDS; w++) {
-        r->map[w].free = w < first / 64 ? 0 : w == first / 64 ? ~0ull << (first & 63) : ~0ull;
-        r->map[w].purged = r->map[w].free;   /* never touched: nothing to return */
-    }
-    r->nr_free = REGION_PAGES - first;
     struct ib_space *s = &spaces[si];
     lock_acquire(&s->lock);
-    struct page_desc *last = descs + REGION_PAGES - 1;
-    last->free.next = s->head;
-    if (s->head)
-        s->head->free.prev = last;
-    s->head = descs + first;
-    s->nr_free += r->nr_free;
+    bits_set(s, r, first, REGION_PAGES - first);
+    for (uint32_t w = 0; w < REGION_WORDS; w++)
+        r->map[w].purged = r->map[w].free;   /* never touched: nothing to return */
+    r->hint = first >> 6;
     r->space_next = s->regions;
     s->regions = r;
     lock_release(&s->lock);
@@ -266,6 +372,8 @@ static struct page_desc *ibuddy_alloc(struct sk_thread *t, unsigned order)
             if (d) {
                 s->allocs[order]++;
                 lock_release(&s->lock);
+                if (order)
+                    page_mark_tails(d, order);
                 return d;
             }
             lock_release(&s->lock);
@@ -281,34 +389,33 @@ static struct page_desc *ibuddy_alloc(struct sk_thread *t, unsigned order)
     }
 }
 
-/* Space lock held: pushes [first, first+n), highest first so pops go upward. */
-static void push_range(struct ib_space *s, struct page_desc *first, size_t n)
-{
-    for (size_t k = n; k-- > 0;)
-        frame_push(s, first + k);
-    region_of_desc(first)->hint = desc_index(first) >> 6;
-}
-
 static void ibuddy_free(struct page_desc *d, unsigned order)
 {
-    struct ib_space *s = &spaces[d->space];
+    struct region_hdr *r = region_of_desc(d);
+    struct ib_space *s = &spaces[r->r.space];
+    uint32_t idx = desc_index(d);
+    d->kind = PAGE_FREE;
+    d->order = 0;
     lock_acquire(&s->lock);
-    if (order == 0) {
-        frame_push(s, d);
-    } else {
-        push_range(s, d, (size_t)1 << order);
-        s->splits++;
+    bits_set(s, r, idx, 1u << order);
+    if (order) {
+        s->splits++;                     /* the block dissolves into frames */
+        recent_push(s, d, order);        /* a run to find again soon */
     }
     s->frees[order]++;
     lock_release(&s->lock);
-    page_purge_tick();
+    if (order)
+        page_purge_tick();
 }
 
 static void ibuddy_free_range(struct page_desc *first, size_t n, int count_order)
 {
-    struct ib_space *s = &spaces[first->space];
+    struct region_hdr *r = region_of_desc(first);
+    struct ib_space *s = &spaces[r->r.space];
+    first->kind = PAGE_FREE;
+    first->order = 0;
     lock_acquire(&s->lock);
-    push_range(s, first, n);
+    bits_set(s, r, desc_index(first), (uint32_t)n);
     if (count_order >= 0)
         s->frees[count_order]++;
     if (n > 1)
@@ -341,14 +448,16 @@ static void ibuddy_free_batch(struct page_desc *chain, unsigned n)
     struct ib_space *cur = NULL;
     while (chain) {
         struct page_desc *next = chain->free.next;
-        struct ib_space *s = &spaces[chain->space];
+        struct region_hdr *r = region_of_desc(chain);
+        struct ib_space *s = &spaces[r->r.space];
         if (s != cur) {
             if (cur)
                 lock_release(&cur->lock);
             lock_acquire(&s->lock);
             cur = s;
         }
-        frame_push(s, chain);
+        chain->kind = PAGE_FREE;
+        bit_set1(s, r, desc_index(chain));
         chain = next;
     }
     if (cur)
@@ -408,19 +517,6 @@ static size_t ibuddy_purge(bool all, uint64_t now)
     }
     aged_ms = now;
     return pages;
-}
-
-/* True if frames [idx, idx + 2^order) of r are all free. */
-static bool run_free(const struct region_hdr *r, uint32_t idx, unsigned order)
-{
-    if (order >= 6) {
-        for (uint32_t w = idx >> 6; w < (idx >> 6) + (1u << (order - 6)); w++)
-            if (r->map[w].free != ~0ull)
-                return false;
-        return true;
-    }
-    uint64_t m = ((1ull << (1u << order)) - 1) << (idx & 63);
-    return (r->map[idx >> 6].free & m) == m;
 }
 
 static bool run_empty(const struct region_hdr *r, uint32_t idx, unsigned order)

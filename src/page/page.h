@@ -79,7 +79,7 @@ struct region {
 #define REGION_META_PAGES ((REGION_PAGES * sizeof(struct page_desc)) >> PAGE_SHIFT) /* 256 */
 #define REGION_HDR_PAGES  2
 
-extern uintptr_t region_map[REGION_MAP_LEN];
+extern uintptr_t region_map[REGION_MAP_LEN] __attribute__((visibility("hidden")));
 
 /* Descriptor of the frame holding p, or NULL if p is not in a region of ours. */
 SK_INLINE struct page_desc *page_desc_of(const void *p)

@@ -36,8 +36,10 @@
 struct region_hdr {
     struct region r;                 /* base, next (all regions), first_page, space */
     struct region_hdr *space_next;   /* regions of the same iBuddy space */
+    struct region_hdr *avail_next, *avail_prev;  /* iBuddy: regions with free frames */
     uint32_t nr_free;                /* iBuddy: free frames in this region */
     uint32_t hint;                   /* iBuddy: bitmap word where a run was last seen */
+    uint64_t summary[REGION_WORDS / 64];  /* iBuddy: bit w set iff map[w].free != 0 */
     /* iBuddy bitmaps, bit i of word w = frame 64*w + i.  free and purged sit
      * side by side so a pop/push touches one cache line of them. */
     _Alignas(CACHE_LINE) struct { uint64_t free, purged; } map[REGION_WORDS];
@@ -111,6 +113,15 @@ SK_INLINE void page_mark_tails(struct page_desc *head, unsigned order)
         head[i].order = 0;
         head[i].head = head;
     }
+}
+
+/* The tails of a block going back stop saying PAGE_TAIL (or an owner's kind
+ * such as PAGE_SLAB): a later free of one of them must be reported, never
+ * taken for an allocated block. */
+SK_INLINE void page_clear_tails(struct page_desc *head, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++)
+        head[i].kind = PAGE_UNUSED;
 }
 
 /* pcp.c: the lazy layer's slow paths. */

@@ -170,6 +170,7 @@ void *page_alloc_exact(size_t npages, int flags)
     void *p = page_alloc(order, flags);
     if (p && npages < ((size_t)1 << order)) {
         struct page_desc *d = page_desc_of(p);
+        page_clear_tails(d, npages, (size_t)1 << order);
         page_be->free_range(d + npages, ((size_t)1 << order) - npages, -1);
     }
     return p;
@@ -231,6 +232,7 @@ SK_INLINE bool block_ok(const struct page_desc *d, const void *addr, unsigned or
 
 SK_NOINLINE static void page_free_slow(struct page_desc *d, unsigned order)
 {
+    page_clear_tails(d, 1, (size_t)1 << order);
     page_be->free(d, order);
 }
 
@@ -270,6 +272,7 @@ void page_free_exact(void *addr, size_t npages)
     struct page_desc *d = page_desc_of(addr);
     if (unlikely(!block_ok(d, addr, order)))
         bad_free("page_free_exact", addr, order, false);
+    page_clear_tails(d, 1, npages);
     page_be->free_range(d, npages, (int)order);
 }
 

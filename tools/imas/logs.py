@@ -141,7 +141,7 @@ def parse(data):
         _obj(h, f"latency_ns.{k}", ["n", "mean"])
         _int(h["n"], f"latency_ns.{k}.n")
         _num(h["mean"], f"latency_ns.{k}.mean", 0, 1e12)
-        for q in ("p50", "p90", "p99", "p999", "max"):
+        for q in ("tmean", "p50", "p90", "p99", "p999", "max"):
             if q in h:
                 _num(h[q], f"latency_ns.{k}.{q}", 0, BIG)
     if "rusage" in log:
@@ -169,19 +169,23 @@ def test(log):
     """The figures one test contributes: {'time_ns', 'frag', 'footprint',
     'requested', 'wall', 'cpu', 'ops'}.  time_ns is the mean of the sampled
     malloc/realloc/memalign/free latencies (the paper's CPU performance value),
-    None when nothing was timed; frag is equation 3 on the mean footprint and
-    the mean requested bytes over every footprint sample."""
+    trimmed at each operation's 99th percentile when the probe gives it
+    ('tmean'), None when nothing was timed; frag is equation 3 on the mean
+    footprint and the mean requested bytes over every footprint sample, floored
+    at 0: a negative value only says that requested memory was never touched
+    (xz's large buffers), not that one allocator wastes less than another."""
     lat = log["latency_ns"]
     n = sum(lat[k]["n"] for k in LAT if k in lat)
-    tot = sum(lat[k]["n"] * lat[k]["mean"] for k in LAT if k in lat)
+    tot = sum(lat[k]["n"] * lat[k].get("tmean", lat[k]["mean"]) for k in LAT if k in lat)
     fp, rq = log["footprint"]["mean"], log["requested"]["mean"]
     if not fp and log["samples"]:
         fp = sum(s[1] for s in log["samples"]) / len(log["samples"])
         rq = sum(s[2] for s in log["samples"]) / len(log["samples"])
     ru = log.get("rusage") or {}
+    frag = fragmentation(fp, rq)
     return {
         "time_ns": tot / n if n else None,
-        "frag": fragmentation(fp, rq),
+        "frag": max(frag, 0.0) if frag is not None else None,
         "footprint": float(fp) if fp else None,
         "requested": float(rq),
         "wall": log["end"] - log["start"],

@@ -64,16 +64,44 @@ def probe_lib(build, disabled, notes):
     return lib
 
 
+def record_reference_trace(build, out, notes):
+    """For --full: the trace of a real program (gcc compiling a workload source,
+    whose cc1 makes a few hundred thousand malloc calls) to replay on every
+    allocator.  Returns the trace path, or None with a note."""
+    lib = os.path.join(build, "libslabkit_record.so")
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    src = os.path.join(ROOT, "bench", "workloads", "kernel.c")
+    if not (gcc and os.path.exists(lib) and os.path.exists(src)):
+        notes.append("no reference trace (needs gcc and libslabkit_record.so)")
+        return None
+    os.makedirs(out, exist_ok=True)
+    d = tempfile.mkdtemp(prefix="slabkit-record-")
+    env = runner.clean_env()
+    env.update(LD_PRELOAD=lib, SLABKIT_TRACE_OUT=os.path.join(d, "trace"))
+    r = subprocess.run([gcc, "-O2", "-c", src, "-o", os.path.join(d, "k.o")], env=env, capture_output=True)
+    files = sorted((os.path.join(d, f) for f in os.listdir(d) if f.startswith("trace.")),
+                   key=os.path.getsize, reverse=True)
+    path = None
+    if r.returncode == 0 and files:
+        path = os.path.join(out, "cc1.sktrace")
+        shutil.move(files[0], path)
+    else:
+        notes.append("recording the reference trace (gcc -O2 -c) failed; no replay workload")
+    shutil.rmtree(d, ignore_errors=True)
+    return path
+
+
 def cmd_bench(args):
     build = build_dir()
     full = args.full
     threads = [int(t) for t in args.threads.split(",")] if args.threads else W.THREADS
     if any(t < 1 or t > 256 for t in threads):
         raise LabError("--threads: counts between 1 and 256")
-    repeats = args.repeats or (5 if full else 3)
+    repeats = args.repeats if args.repeats is not None else (5 if full else 3)
     if repeats < 1:
         raise LabError("--repeats must be at least 1")
-    scale = args.scale if args.scale is not None else (2.0 if full else 1.0)
+    scale = args.scale if args.scale is not None else (W.FULL_SCALE if full else W.DEFAULT_SCALE)
+    timeout = args.timeout if args.timeout is not None else (300.0 if full else 30.0)
     if scale <= 0:
         raise LabError("--scale must be positive")
     cands = A.candidates(ROOT, build, full=full, user=args.allocator or [])
@@ -89,7 +117,14 @@ def cmd_bench(args):
         names = []
     else:
         names = W.expand(",".join(W.FULL if full else W.DEFAULT), threads)
-    names += [("replay-timed:" if args.timed else "replay:") + t for t in args.trace or []]
+    out = args.out or os.path.join(build, "lab", time.strftime("run-%Y%m%d-%H%M%S"))
+    traces = list(args.trace or [])
+    notes = []
+    if full and not args.trace and not args.workloads and not args.cmd:
+        t = record_reference_trace(build, out, notes)
+        if t:
+            traces.append(t)
+    names += [("replay-timed:" if args.timed else "replay:") + t for t in traces]
     names += ["cmd:" + c for c in args.cmd or []]
     wls = [W.make(n, build, scale) for n in names]
     if not wls:
@@ -99,7 +134,6 @@ def cmd_bench(args):
         A.smoke(a, build)
     if not any(a.ok for a in allocs):
         raise LabError("no usable allocator: " + "; ".join(f"{a.name}: {a.reason}" for a in allocs))
-    notes = []
     probe = probe_lib(build, args.no_probe, notes)
     if not args.quiet:
         ok = [a.name for a in allocs if a.ok]
@@ -110,8 +144,7 @@ def cmd_bench(args):
                 sys.stderr.write(f"  skipped {a.name}: {a.reason}\n")
     settings = {"full": full, "scale": scale, "threads": threads, "argv": sys.argv[1:],
                 "workloads": names, "allocators": [a.name for a in allocs]}
-    doc = runner.bench(allocs, wls, repeats, probe, args.timeout, settings, quiet=args.quiet, notes=notes)
-    out = args.out or os.path.join(build, "lab", time.strftime("run-%Y%m%d-%H%M%S"))
+    doc = runner.bench(allocs, wls, repeats, probe, timeout, settings, quiet=args.quiet, notes=notes)
     files = R.save(doc, out)
     if not args.out:
         latest = os.path.join(build, "lab", "latest")
@@ -266,7 +299,7 @@ def make_parser():
                        description="Runs every workload under every allocator, interleaved and repeated, and "
                                    "prints a table per metric and the ranking summary.")
     b.add_argument("--full", action="store_true", help="the full run: all workloads and threads, all slabkit "
-                                                       "variants, 5 repeats, twice the work")
+                                                       "variants, 5 repeats, about 3 times the work per run")
     b.add_argument("--allocators", metavar="LIST", help="comma list (glibc, jemalloc, tcmalloc, mimalloc, "
                                                         "DESIGN+PAGES, a design, slabkit)")
     b.add_argument("--allocator", action="append", metavar="NAME=PATH", help="add any malloc .so (repeatable)")
@@ -276,8 +309,9 @@ def make_parser():
     b.add_argument("--timed", action="store_true", help="replay traces with their recorded timing")
     b.add_argument("--threads", metavar="LIST", help="thread counts for the thread workloads (default 1,2,4)")
     b.add_argument("--repeats", type=int, help="repeats per workload and allocator (default 3, --full 5)")
-    b.add_argument("--scale", type=float, help="work per run, relative to the default (default 1, --full 2)")
-    b.add_argument("--timeout", type=float, default=300.0, help="seconds before a run counts as failed (300)")
+    b.add_argument("--scale", type=float, help="work per run (default 0.35, --full 1)")
+    b.add_argument("--timeout", type=float, help="seconds before a run counts as failed; later repeats of a "
+                                                "timed-out pair are skipped (default 30, --full 300)")
     b.add_argument("--no-probe", action="store_true", help="run without the libimas.so probe")
     b.add_argument("--out", metavar="DIR", help="results directory (default build/lab/run-DATE, linked as latest)")
     b.add_argument("--json", metavar="FILE", help="also copy results.json to FILE")

@@ -4,7 +4,8 @@ stdlib-only and free of lab specifics).
 
 - footprint: resident anonymous memory (RssAnon of /proc/PID/status), sampled;
 - requested: the bytes the program asked for, for live blocks (from the probe);
-- fragmentation (IMAS equation 3): (footprint - requested) / footprint;
+- fragmentation (IMAS equation 3): (footprint - requested) / footprint, of the
+  means of paired samples and of the peaks (peak footprint vs peak requested);
 - summaries: median with MAD and stdev, percentiles (linear interpolation);
 - a tie test: a difference within the noise of two measurements is a tie;
 - ranks in the form of the kernel comparison's Table 3: 1 + the number of
@@ -83,7 +84,11 @@ def fragmentation(footprint, requested):
 
 def frag_from_samples(samples):
     """From [[t, footprint, requested], ...]: fragmentation of the means
-    ((mean fp - mean req) / mean fp) and at the footprint peak."""
+    ((mean fp - mean req) / mean fp) and at the footprint peak (the first
+    sample with the largest footprint).  The lab reports, as "at peak",
+    fragmentation(peak footprint, peak requested) instead: an allocator that
+    keeps its memory while the program frees has its footprint peak where
+    little is requested, which says when, not how much."""
     pts = [s for s in samples or [] if s[1] and s[2] is not None]
     if not pts:
         return None, None

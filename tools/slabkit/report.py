@@ -89,12 +89,12 @@ def table_rows(doc, key, unit, lower):
 def ranking_rows(doc):
     names = alloc_names(doc)
     crits = [c for c in CRITERIA if any(v[0] is not None for v in doc["ranking"][c[0]].values())]
-    head = ["allocator"] + [t for _, t, _ in crits] + ["Balanced"]
+    head = ["allocator"] + [t for _, t, _ in crits] + ["Balanced", "Failures"]
     rows = []
     order = sorted(names, key=lambda a: (doc["ranking"]["balanced"][a][0] or 99, a))
     for a in order:
         rows.append([a] + [metrics.ordinal(doc["ranking"][c][a][0]) for c, _, _ in crits]
-                    + [metrics.ordinal(doc["ranking"]["balanced"][a][0])])
+                    + [metrics.ordinal(doc["ranking"]["balanced"][a][0]), doc["ranking"]["failures"][a][0]])
     return head, rows
 
 
@@ -121,7 +121,7 @@ def text_report(doc, only_summary=False):
         out.append("\nskipped allocators:\n" + "\n".join(f"  {a['name']}: {a['reason']}" for a in skipped))
     fails = [(w, a, e) for w, ws in doc["summary"].items() for a, e in ws.items() if e["status"] != "ok"]
     if fails:
-        out.append("\nfailures (the allocator failed the workload; excluded from its ranks):\n"
+        out.append("\nfailures (the allocator failed the workload: ranked after all that did it):\n"
                    + "\n".join(f"  {a} on {w}: {e['failures']}/{e['runs']} runs, {e['reason']}" for w, a, e in fails))
     head, rows = ranking_rows(doc)
     out.append("\nRanking summary (as the kernel comparison's Table 3): rank per criterion, mean over "
@@ -184,7 +184,8 @@ def load(path):
         doc = json.load(f)
     if doc.get("format") != "slabkit-lab":
         raise ValueError("not a slabkit lab results file")
-    return doc
+    from .runner import summarize_doc
+    return summarize_doc(doc)          # recomputed from the runs: the current definitions
 
 
 # ---------------------------------------------------------------- plots
@@ -218,7 +219,9 @@ def plots(doc, outdir):
                 s = e[key]
                 if e["status"] != "ok" or not s["n"]:
                     continue
-                norm = max(v[key]["median"] or 0 for v in doc["summary"][w].values() if v[key]["n"]) or 1
+                meds = [v[key]["median"] for v in doc["summary"][w].values()
+                        if v["status"] == "ok" and v[key]["n"] and v[key]["median"] and v[key]["median"] > 0]
+                norm = min(meds) if meds else 1
                 m = s["median"] / norm
                 xs.append(j + (i - (len(names) - 1) / 2) * width)
                 ys.append(m)
@@ -227,7 +230,10 @@ def plots(doc, outdir):
             ax.bar(xs, ys, width, label=a, color=col[a], yerr=[lo, hi], capsize=2)
         ax.set_xticks(range(len(wls)))
         ax.set_xticklabels(wls, rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel(f"{title}\n(relative to the largest; bars: min..max)", fontsize=8)
+        if ax.get_ylim()[1] > 5:
+            ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_ylabel(f"{title}\n(relative to the best = 1; whiskers: min..max)", fontsize=8)
         ax.set_title(title)
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()

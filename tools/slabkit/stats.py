@@ -48,24 +48,31 @@ def check_target(pid):
 
 
 def fetch(pid, timeout=3.0):
-    """Signals the process and returns the text of its statistics."""
+    """Signals the process and returns the text of its statistics.  The
+    library answers "busy, retry" when the signal interrupted a thread holding
+    the cache list lock; we ask again."""
     check_target(pid)
     path = stats_path(pid)
-    try:
-        before = os.stat(path).st_mtime_ns
-    except OSError:
-        before = -1
-    os.kill(pid, signal.SIGUSR2)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            st = os.stat(path)
-            if st.st_mtime_ns != before:
-                with open(path, errors="replace") as f:
-                    return f.read()
+            before = os.stat(path).st_mtime_ns
         except OSError:
-            pass
-        time.sleep(0.02)
+            before = -1
+        os.kill(pid, signal.SIGUSR2)
+        answer = None
+        while time.monotonic() < deadline and answer is None:
+            try:
+                if os.stat(path).st_mtime_ns != before:
+                    with open(path, errors="replace") as f:
+                        answer = f.read()
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        if answer is not None and not answer.startswith("busy"):
+            return answer
+        time.sleep(0.05)
     raise LabError(f"process {pid} did not write {path} within {timeout:g} s "
                    "(does its libslabkit.so support SLABKIT_STATS_SIGNAL?)")
 

@@ -1,8 +1,8 @@
 """workloads.py — the lab's workloads: the C programs of bench/workloads (built
 into <build>/bench/workloads/), traces replayed by the replayer, and any
 command.  A workload is a name, a description and an argv; its size scales
-with --scale (the default run is sized so that the whole comparison takes
-2-3 minutes on 2 cores; --full doubles the work and repeats 5 times).
+with --scale (DEFAULT_SCALE keeps the default comparison near 2 minutes on
+2 cores; --full runs FULL_SCALE, about 3 times the work, 5 repeats).
 
 Names: sizes:small|mixed|large, lifetime:D, objcache, prodcon:T, server:T,
 kernel, replay:PATH, replay-timed:PATH, cmd:COMMAND.  Groups: sizes,
@@ -23,6 +23,10 @@ SIZES = {
 }
 LIFETIMES = [20, 200, 2000, 20000]
 THREADS = [1, 2, 4]
+# Work per run: sized so that the default run (9 allocators x 8 workloads x 3
+# repeats) stays near 2 minutes on 2 cores even with a slow design among them.
+DEFAULT_SCALE = 0.35
+FULL_SCALE = 1.0
 
 DEFAULT = ["sizes:small", "sizes:large", "lifetime:200", "lifetime:20000", "objcache",
            "prodcon:2", "server:2", "kernel"]
@@ -53,7 +57,7 @@ def make(name, build, scale=1.0):
     kind, _, arg = name.partition(":")
     if kind == "sizes" and arg in SIZES:
         a, b, lo, hi, desc = SIZES[arg]
-        count = 200000 if arg != "large" else 18000
+        count = 150000 if arg != "large" else 18000
         return Workload(name, desc, [os.path.join(wl, "sizes"), "-a", str(a), "-b", str(b), "-m", str(lo),
                                      "-M", str(hi), "-n", _n(count, scale), "-r", "4"])
     if kind == "lifetime" and arg.isdigit() and int(arg) > 0:
@@ -71,7 +75,7 @@ def make(name, build, scale=1.0):
                                            "-n", _n(per, scale)], threads=t, group="threads")
     if kind == "kernel" and not arg:
         return Workload(name, "file-server mix: names, dentries, inodes, files, buffer heads, pages, skbuffs",
-                        [os.path.join(wl, "kernel"), "-n", _n(250000, scale)])
+                        [os.path.join(wl, "kernel"), "-n", _n(400000, scale)])
     if kind in ("replay", "replay-timed") and arg:
         path = os.path.abspath(arg)
         check_trace(path)

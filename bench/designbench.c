@@ -1,0 +1,883 @@
+/* designbench.c — the four-way design comparison (Ferreira, Matias, Macedo and
+ * Evangelista, "An Experimental Comparison Analysis of Kernel-level Memory
+ * Allocators", SAC 2015): the same workloads on SLAB, SLUB, SLOB and SLQB over
+ * both page allocators, with 1, 2 and 4 threads, measuring what the paper
+ * measured — execution time, memory held (peak and at the end) and
+ * fragmentation (page-layer fragmentation events, and the share of held memory
+ * not holding live objects) — and ending with its Table 3, a rank per design
+ * and criterion.
+ *
+ * A design and a page allocator serve a whole process, so the parent re-runs
+ * itself once per measurement (`--child WORKLOAD THREADS`, with SLABKIT_DESIGN
+ * and SLABKIT_PAGES set), designs interleaved within each repetition, and
+ * reports medians with their spread.  A child prints one JSON line.
+ *
+ * Workloads (through the kmem_cache API, like kernel code):
+ *  fileio  sysbench fileio-like: random 16 KiB writes to a set of files, each
+ *          write looking up the file (inode ~600 B with a constructor, dentry
+ *          192 B and its name 16–64 B, kept in an LRU-bounded cache shared by
+ *          all threads: long-lived, freed by whichever thread evicts them),
+ *          opening it (file 256 B, short-lived), a transient path name, and
+ *          dirtying four 4 KiB page buffers (kmem_alloc) with a buffer_head
+ *          (104 B) each, kept on a per-thread dirty list written back in FIFO
+ *          order (medium lifetime).
+ *  memory  sysbench memory-like transfer: each thread allocates a few 4–64 KiB
+ *          buffers and copies through them; one buffer in 32 copies is
+ *          replaced (allocation-light).
+ * Total work is fixed and split among the threads, as sysbench does.
+ *
+ * Memory held = pages the page layer has handed out (held - free - lazy),
+ * sampled during the run (peak) and after it (end: the fileio inode/dentry
+ * cache is still populated, as a kernel keeps its dcache).  Internal
+ * fragmentation = 1 - live requested bytes / held bytes at the peak sample.
+ * Fragmentation events and times cover the run phase; events also count the
+ * set-up and clean-up, as the paper counted all three sysbench stages. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <slabkit/slabkit.h>
+
+#define MAX_THREADS 8
+static const char *const DESIGNS[] = { "slab", "slub", "slob", "slqb" };
+static const char *const PAGES[] = { "buddy", "ibuddy" };
+static const int THREADS[] = { 1, 2, 4 };
+static const char *const WORKLOADS[] = { "fileio", "memory" };
+#define ND 4
+#define NP 2
+#define NT 3
+#define NW 2
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double cpu_now(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
+static uint64_t rnd(uint64_t *s)        /* xorshift64* */
+{
+    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1Dull;
+}
+
+/* ======================================================================
+ * Child: one workload, one thread count, in this process's design.
+ * ====================================================================== */
+
+static int nthreads;
+static double scale = 1.0;
+static pthread_barrier_t start_barrier, end_barrier;
+static volatile int corrupt;
+
+/* Live bytes asked for, per thread (each thread writes only its own slot;
+ * frees of other threads' objects make a slot negative, the sum is right). */
+static struct { int64_t v; char pad[56]; } live_bytes[MAX_THREADS];
+static struct { int64_t v; char pad[56]; } shared_live;     /* inode cache, under stripe locks */
+
+static void live_add(int t, int64_t d)
+{
+    __atomic_store_n(&live_bytes[t].v, live_bytes[t].v + d, __ATOMIC_RELAXED);
+}
+
+static int64_t live_total(void)
+{
+    int64_t s = __atomic_load_n(&shared_live.v, __ATOMIC_RELAXED);
+    for (int i = 0; i < MAX_THREADS; i++)
+        s += __atomic_load_n(&live_bytes[i].v, __ATOMIC_RELAXED);
+    return s;
+}
+
+/* Peak of the pages handed out, and the live bytes at that moment. */
+static pthread_mutex_t peak_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t peak_pages;
+static int64_t peak_live;
+
+static uint64_t pages_in_use(struct slabkit_page_stats *s)
+{
+    slabkit_page_stats(s);
+    return s->pages_held - s->pages_free - s->pages_lazy;
+}
+
+static void sample(void)
+{
+    struct slabkit_page_stats s;
+    uint64_t p = pages_in_use(&s);
+    int64_t l = live_total();
+    pthread_mutex_lock(&peak_lock);
+    if (p > peak_pages) {
+        peak_pages = p;
+        peak_live = l;
+    }
+    pthread_mutex_unlock(&peak_lock);
+}
+
+static void stamp(void *p, size_t n, uint64_t tag)
+{
+    memcpy(p, &tag, 8);
+    memcpy((char *)p + n - 8, &tag, 8);
+}
+
+static void check_stamp(const void *p, size_t n, uint64_t tag)
+{
+    uint64_t a, b;
+    memcpy(&a, p, 8);
+    memcpy(&b, (const char *)p + n - 8, 8);
+    if (a != tag || b != tag)
+        corrupt = 1;
+}
+
+/* --- fileio ---------------------------------------------------------------- */
+
+#define INODE_SIZE  600      /* ext4_inode_info is ~1 KiB, struct inode ~600 B */
+#define DENTRY_SIZE 192      /* struct dentry */
+#define FILE_SIZE   256      /* struct file */
+#define BH_SIZE     104      /* struct buffer_head */
+#define HOT_FILES   128      /* sysbench fileio: 128 files */
+#define ALL_FILES   8192     /* plus a cold tail of paths, for dcache churn */
+#define STRIPES     16
+#define STRIPE_CAP  48       /* 768 cached inodes in all: the cold tail keeps evicting */
+#define DIRTY_MAX   64       /* dirty page buffers per thread before write-back */
+#define WRITE_PAGES 4        /* 16 KiB per write */
+
+static kmem_cache_t *inode_cache, *dentry_cache, *file_cache, *bh_cache;
+
+struct icache_entry {
+    uint32_t id;
+    uint32_t namelen;
+    uint64_t last_use;
+    void *inode, *dentry;
+    char *name;
+};
+
+static struct stripe {
+    pthread_mutex_t lock;
+    int n;
+    uint64_t tick;
+    struct icache_entry e[STRIPE_CAP];
+    char pad[64];
+} stripes[STRIPES];
+
+static void inode_ctor(void *p, size_t n)
+{
+    memset(p, 0, n);     /* inode_init_once: lists and locks initialised once */
+}
+
+static void entry_free(struct icache_entry *e)
+{
+    check_stamp(e->inode, INODE_SIZE, e->id * 3ull + 1);
+    check_stamp(e->dentry, DENTRY_SIZE, e->id * 3ull + 2);
+    check_stamp(e->name, e->namelen, e->id * 3ull + 3);
+    kmem_cache_free(inode_cache, e->inode);
+    kmem_cache_free(dentry_cache, e->dentry);
+    kmem_free(e->name, e->namelen);
+    __atomic_fetch_sub(&shared_live.v, INODE_SIZE + DENTRY_SIZE + e->namelen, __ATOMIC_RELAXED);
+}
+
+/* Look the file up; instantiate inode, dentry and name on a miss, evicting
+ * the stripe's least recently used entry when it is full. */
+static void lookup(uint32_t id)
+{
+    struct stripe *s = &stripes[id % STRIPES];
+    pthread_mutex_lock(&s->lock);
+    s->tick++;
+    for (int i = 0; i < s->n; i++)
+        if (s->e[i].id == id) {
+            s->e[i].last_use = s->tick;
+            pthread_mutex_unlock(&s->lock);
+            return;
+        }
+    struct icache_entry *e;
+    if (s->n == STRIPE_CAP) {
+        e = &s->e[0];
+        for (int i = 1; i < s->n; i++)
+            if (s->e[i].last_use < e->last_use)
+                e = &s->e[i];
+        entry_free(e);
+    } else {
+        e = &s->e[s->n++];
+    }
+    e->id = id;
+    e->last_use = s->tick;
+    e->namelen = 16 + id % 49;
+    e->inode = kmem_cache_alloc(inode_cache, KM_SLEEP);
+    e->dentry = kmem_cache_alloc(dentry_cache, KM_SLEEP);
+    e->name = kmem_alloc(e->namelen, KM_SLEEP);
+    stamp(e->inode, INODE_SIZE, id * 3ull + 1);
+    stamp(e->dentry, DENTRY_SIZE, id * 3ull + 2);
+    stamp(e->name, e->namelen, id * 3ull + 3);
+    __atomic_fetch_add(&shared_live.v, INODE_SIZE + DENTRY_SIZE + e->namelen, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&s->lock);
+}
+
+struct dirty { char *page; void *bh; uint64_t tag; };
+
+static void writeback(int t, struct dirty *d)
+{
+    check_stamp(d->page, 4096, d->tag);
+    check_stamp(d->bh, BH_SIZE, d->tag);
+    kmem_free(d->page, 4096);
+    kmem_cache_free(bh_cache, d->bh);
+    live_add(t, -(4096 + BH_SIZE));
+}
+
+static long fileio_ops(void) { return (long)(24000 * scale); }
+
+static void *fileio_thread(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
+    static __thread struct dirty ring[DIRTY_MAX];
+    static __thread char src[4 * 4096];
+    memset(src, 'a' + t, sizeof src);
+    int head = 0, count = 0;
+    long ops = fileio_ops() / nthreads;
+    pthread_barrier_wait(&start_barrier);
+    for (long op = 0; op < ops; op++) {
+        uint64_t r = rnd(&rng);
+        uint32_t id = r % 4 ? (uint32_t)(r >> 8) % HOT_FILES : (uint32_t)(r >> 8) % ALL_FILES;
+        size_t plen = 16 + (r >> 32) % 49;                 /* getname: the path, transient */
+        char *path = kmem_alloc(plen, KM_SLEEP);
+        stamp(path, plen, r);
+        live_add(t, (int64_t)plen);
+        lookup(id);
+        void *f = kmem_cache_alloc(file_cache, KM_SLEEP);  /* open */
+        stamp(f, FILE_SIZE, r + 1);
+        live_add(t, FILE_SIZE);
+        char *wbuf = kmem_alloc(WRITE_PAGES * 4096, KM_SLEEP);   /* the user data, copied in */
+        memcpy(wbuf, src, WRITE_PAGES * 4096);
+        live_add(t, WRITE_PAGES * 4096);
+        for (int k = 0; k < WRITE_PAGES; k++) {            /* write 16 KiB: dirty four pages */
+            if (count == DIRTY_MAX) {
+                writeback(t, &ring[head]);
+                head = (head + 1) % DIRTY_MAX;
+                count--;
+            }
+            struct dirty *d = &ring[(head + count++) % DIRTY_MAX];
+            d->page = kmem_alloc(4096, KM_SLEEP);
+            d->bh = kmem_cache_alloc(bh_cache, KM_SLEEP);
+            d->tag = r + 2 + (uint64_t)k;
+            memcpy(d->page, wbuf + k * 4096, 4096);
+            stamp(d->page, 4096, d->tag);
+            stamp(d->bh, BH_SIZE, d->tag);
+            live_add(t, 4096 + BH_SIZE);
+        }
+        kmem_free(wbuf, WRITE_PAGES * 4096);
+        live_add(t, -WRITE_PAGES * 4096);
+        check_stamp(f, FILE_SIZE, r + 1);                  /* close */
+        kmem_cache_free(file_cache, f);
+        check_stamp(path, plen, r);
+        kmem_free(path, plen);
+        live_add(t, -(int64_t)(FILE_SIZE + plen));
+        if (t == 0 && (op & 31) == 0)
+            sample();
+    }
+    sample();
+    while (count) {                                        /* sync */
+        writeback(t, &ring[head]);
+        head = (head + 1) % DIRTY_MAX;
+        count--;
+    }
+    pthread_barrier_wait(&end_barrier);
+    return NULL;
+}
+
+/* sysbench's prepare stage: the files are written once, filling the page
+ * cache (4 KiB pages with a buffer_head each) interleaved with a directory
+ * walk that instantiates inode, dentry and name for every cold file; then the
+ * caches are dropped in random order, and one cold entry in ten stays pinned
+ * (open elsewhere) until clean-up, scattered over the memory.  This is what
+ * brings the page layer near its limit, where fragmentation can show. */
+#define PREP_PAGES 12000
+static struct icache_entry prep[ALL_FILES];
+static struct dirty prep_pc[PREP_PAGES];
+
+static void prep_entry(struct icache_entry *e, uint32_t id)
+{
+    e->id = id;
+    e->namelen = 16 + id % 49;
+    e->inode = kmem_cache_alloc(inode_cache, KM_SLEEP);
+    e->dentry = kmem_cache_alloc(dentry_cache, KM_SLEEP);
+    e->name = kmem_alloc(e->namelen, KM_SLEEP);
+    stamp(e->inode, INODE_SIZE, id * 3ull + 1);
+    stamp(e->dentry, DENTRY_SIZE, id * 3ull + 2);
+    stamp(e->name, e->namelen, id * 3ull + 3);
+    __atomic_fetch_add(&shared_live.v, INODE_SIZE + DENTRY_SIZE + e->namelen, __ATOMIC_RELAXED);
+}
+
+static void fileio_prepare(void)
+{
+    uint64_t rng = 12345;
+    long pages = (long)(PREP_PAGES * (scale < 1 ? scale : 1));
+    int ent = 0;
+    for (long i = 0; i < pages; i++) {
+        struct dirty *d = &prep_pc[i];
+        d->page = kmem_alloc(4096, KM_SLEEP);
+        d->bh = kmem_cache_alloc(bh_cache, KM_SLEEP);
+        d->tag = i * 7 + 5;
+        memset(d->page, (int)i, 4096);
+        stamp(d->page, 4096, d->tag);
+        stamp(d->bh, BH_SIZE, d->tag);
+        live_add(0, 4096 + BH_SIZE);
+        while (ent < ALL_FILES && (long)ent * pages < (long)ALL_FILES * (i + 1))
+            prep_entry(&prep[ent], (uint32_t)(ALL_FILES + ent)), ent++;
+        if ((i & 255) == 0)
+            sample();
+    }
+    sample();
+    for (long i = pages - 1; i > 0; i--) {            /* drop caches, in random order */
+        long j = (long)(rnd(&rng) % (uint64_t)(i + 1));
+        struct dirty t = prep_pc[i]; prep_pc[i] = prep_pc[j]; prep_pc[j] = t;
+    }
+    for (long i = 0; i < pages; i++)
+        writeback(0, &prep_pc[i]);
+    for (int i = 0; i < ent; i++) {
+        if (rnd(&rng) % 10 == 0)
+            continue;                                 /* pinned until clean-up */
+        entry_free(&prep[i]);
+        prep[i].inode = NULL;
+    }
+    for (int i = ent; i < ALL_FILES; i++)
+        prep[i].inode = NULL;
+}
+
+static void fileio_setup(void)
+{
+    inode_cache = kmem_cache_create("bench_inode", INODE_SIZE, 8, inode_ctor, NULL);
+    dentry_cache = kmem_cache_create("bench_dentry", DENTRY_SIZE, 8, NULL, NULL);
+    file_cache = kmem_cache_create("bench_file", FILE_SIZE, 8, NULL, NULL);
+    bh_cache = kmem_cache_create("bench_buffer_head", BH_SIZE, 8, NULL, NULL);
+    for (int i = 0; i < STRIPES; i++)
+        pthread_mutex_init(&stripes[i].lock, NULL);
+    fileio_prepare();
+}
+
+static void fileio_cleanup(void)
+{
+    for (int i = 0; i < ALL_FILES; i++)
+        if (prep[i].inode)
+            entry_free(&prep[i]);
+    for (int i = 0; i < STRIPES; i++) {
+        for (int j = 0; j < stripes[i].n; j++)
+            entry_free(&stripes[i].e[j]);
+        stripes[i].n = 0;
+    }
+    kmem_cache_destroy(inode_cache);
+    kmem_cache_destroy(dentry_cache);
+    kmem_cache_destroy(file_cache);
+    kmem_cache_destroy(bh_cache);
+}
+
+/* --- memory ---------------------------------------------------------------- */
+
+#define MEM_BUFS 8
+
+static long memory_iters(void) { return (long)(60000 * scale); }
+
+static size_t buf_size(uint64_t *rng) { return (size_t)(4 + rnd(rng) % 61) << 10; }  /* 4..64 KiB */
+
+static void *memory_thread(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    uint64_t rng = 0x2545F4914F6CDD1Dull * (uint64_t)(t + 7);
+    char *buf[MEM_BUFS];
+    size_t size[MEM_BUFS];
+    for (int i = 0; i < MEM_BUFS; i++) {          /* the array, allocated before the transfers */
+        size[i] = buf_size(&rng);
+        buf[i] = kmem_alloc(size[i], KM_SLEEP);
+        memset(buf[i], i, size[i] - 8);
+        uint64_t tag = (uint64_t)(uintptr_t)buf[i] * 31 + size[i];
+        memcpy(buf[i] + size[i] - 8, &tag, 8);
+        live_add(t, (int64_t)size[i]);
+    }
+    long iters = memory_iters() / nthreads;
+    pthread_barrier_wait(&start_barrier);
+    for (long it = 0; it < iters; it++) {
+        uint64_t r = rnd(&rng);
+        int a = (int)(r % MEM_BUFS), b = (int)((r >> 8) % MEM_BUFS);
+        size_t n = size[a] < size[b] ? size[a] : size[b];
+        memmove(buf[b], buf[a], n - 8);               /* the transfer; the last word of each buffer is its stamp */
+        if (it % 32 == 31) {                         /* allocation-light: replace one buffer */
+            int k = (int)((r >> 16) % MEM_BUFS);
+            uint64_t tag;
+            memcpy(&tag, buf[k] + size[k] - 8, 8);
+            if (tag != (uint64_t)(uintptr_t)buf[k] * 31 + size[k])
+                corrupt = 1;
+            kmem_free(buf[k], size[k]);
+            live_add(t, -(int64_t)size[k]);
+            size[k] = buf_size(&rng);
+            buf[k] = kmem_alloc(size[k], KM_SLEEP);
+            memset(buf[k], (int)(r >> 24), size[k] - 8);
+            tag = (uint64_t)(uintptr_t)buf[k] * 31 + size[k];
+            memcpy(buf[k] + size[k] - 8, &tag, 8);
+            live_add(t, (int64_t)size[k]);
+        }
+        if (t == 0 && (it & 63) == 0)
+            sample();
+    }
+    sample();
+    pthread_barrier_wait(&end_barrier);
+    for (int i = 0; i < MEM_BUFS; i++) {
+        kmem_free(buf[i], size[i]);
+        live_add(t, -(int64_t)size[i]);
+    }
+    return NULL;
+}
+
+/* --- child driver ------------------------------------------------------------ */
+
+static long hwm_kb(void)
+{
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strstr(buf, "VmHWM:");
+    return p ? strtol(p + 6, NULL, 10) : -1;
+}
+
+static int child(const char *workload, int threads, const char *want_design)
+{
+    const char *design = slabkit_design();
+    if (want_design && strcmp(design, want_design) != 0) {
+        printf("{\"missing\": 1, \"design\": \"%s\"}\n", want_design);
+        return 0;
+    }
+    if (strcmp(workload, "probe") == 0) {
+        printf("{\"missing\": 0, \"design\": \"%s\"}\n", design);
+        return 0;
+    }
+    bool fileio = strcmp(workload, "fileio") == 0;
+    if (!fileio && strcmp(workload, "memory") != 0) {
+        fprintf(stderr, "designbench: unknown workload %s (valid: fileio, memory)\n", workload);
+        return 2;
+    }
+    nthreads = threads;
+    struct slabkit_page_stats s0, s1, s2;
+    slabkit_page_stats(&s0);
+    if (fileio)
+        fileio_setup();
+    pthread_barrier_init(&start_barrier, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&end_barrier, NULL, (unsigned)threads + 1);
+    pthread_t th[MAX_THREADS];
+    for (int i = 0; i < threads; i++)
+        pthread_create(&th[i], NULL, fileio ? fileio_thread : memory_thread, (void *)(intptr_t)i);
+    pthread_barrier_wait(&start_barrier);
+    double t0 = now(), c0 = cpu_now();
+    pthread_barrier_wait(&end_barrier);
+    double t1 = now(), c1 = cpu_now();
+    for (int i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    /* End of run: short-lived objects gone, the inode/dentry cache still full. */
+    uint64_t end_pages = pages_in_use(&s1);
+    int64_t end_live = live_total();
+    if (fileio)
+        fileio_cleanup();
+    slabkit_page_stats(&s2);
+    if (live_total() != 0)
+        corrupt = 1;
+    double int_frag = peak_pages ? 1.0 - (double)peak_live / (double)(peak_pages * 4096) : 0;
+    double end_frag = end_pages ? 1.0 - (double)end_live / (double)(end_pages * 4096) : 0;
+    printf("{\"design\": \"%s\", \"pages\": \"%s\", \"workload\": \"%s\", \"threads\": %d, \"missing\": 0, "
+           "\"wall_s\": %.6f, \"cpu_s\": %.6f, \"peak_kib\": %llu, \"end_kib\": %llu, "
+           "\"frag_events\": %llu, \"frag_events_run\": %llu, \"int_frag\": %.4f, \"end_int_frag\": %.4f, "
+           "\"hwm_kib\": %ld, \"ok\": %d}\n",
+           design, slabkit_page_allocator(), workload, threads,
+           t1 - t0, c1 - c0, (unsigned long long)peak_pages * 4, (unsigned long long)end_pages * 4,
+           (unsigned long long)(s2.frag_events - s0.frag_events),
+           (unsigned long long)(s1.frag_events - s0.frag_events), int_frag, end_frag, hwm_kb(), !corrupt);
+    return corrupt ? 3 : 0;
+}
+
+/* ======================================================================
+ * Parent: run the matrix, tabulate, rank.
+ * ====================================================================== */
+
+enum { M_WALL, M_CPU, M_PEAK, M_END, M_FRAG, M_INTFRAG, M_ENDFRAG, M_HWM, NM };
+static const char *const METRIC_KEY[NM] = { "wall_s", "cpu_s", "peak_kib", "end_kib", "frag_events",
+                                            "int_frag", "end_int_frag", "hwm_kib" };
+static const char *const METRIC_TITLE[NM] = {
+    "execution time (wall, ms)", "CPU time (ms)", "memory held, peak (KiB of pages handed out)",
+    "memory held at the end (KiB)", "fragmentation events (page layer)",
+    "internal fragmentation at peak (% of held memory not in live objects)",
+    "internal fragmentation at the end (% of held memory not in live objects)", "peak RSS (VmHWM, MiB)" };
+static const double METRIC_SCALE[NM] = { 1000, 1000, 1, 1, 1, 100, 100, 1.0 / 1024 };
+
+#define MAXREP 9
+static double res[NW][ND][NP][NT][MAXREP][NM];
+static int nres[NW][ND][NP][NT];
+static bool missing[ND], failed;
+static const char *self_exe = "/proc/self/exe";
+
+static double json_num(const char *line, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(line, pat);
+    return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+/* Runs one child; returns its JSON line in out (empty on failure). */
+static int run_child(const char *design, const char *pages, const char *workload, int threads,
+                     bool quiet, char *out, size_t cap)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    char tbuf[16], sbuf[32];
+    snprintf(tbuf, sizeof tbuf, "%d", threads);
+    snprintf(sbuf, sizeof sbuf, "%g", scale);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        if (quiet) {
+            int dn = open("/dev/null", O_WRONLY);
+            if (dn >= 0)
+                dup2(dn, 2);
+        }
+        setenv("SLABKIT_DESIGN", design, 1);
+        setenv("SLABKIT_PAGES", pages, 1);
+        unsetenv("SLABKIT_STATS");
+        execl(self_exe, "designbench", "--child", workload, tbuf, "--scale", sbuf, "--design", design,
+              (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(fds[0], out + len, cap - 1 - len)) > 0)
+        len += (size_t)n;
+    out[len] = '\0';
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median and half the range, over the repetitions. */
+static double median(int w, int d, int p, int t, int m, double *spread)
+{
+    int n = nres[w][d][p][t];
+    double v[MAXREP];
+    for (int i = 0; i < n; i++)
+        v[i] = res[w][d][p][t][i][m];
+    if (n == 0) {
+        *spread = 0;
+        return NAN;
+    }
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    *spread = (v[n - 1] - v[0]) / 2;
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void print_table(int w, int m)
+{
+    printf("\n%s — %s (median ± half-range)\n", WORKLOADS[w], METRIC_TITLE[m]);
+    printf("%-6s", "design");
+    for (int p = 0; p < NP; p++)
+        for (int t = 0; t < NT; t++) {
+            char h[32];
+            snprintf(h, sizeof h, "%s/%dT", PAGES[p], THREADS[t]);
+            printf(" %19s", h);
+        }
+    printf("\n");
+    for (int d = 0; d < ND; d++) {
+        if (missing[d])
+            continue;
+        printf("%-6s", DESIGNS[d]);
+        for (int p = 0; p < NP; p++)
+            for (int t = 0; t < NT; t++) {
+                double sp, md = median(w, d, p, t, m, &sp);
+                char cell[48];
+                if (isnan(md))
+                    snprintf(cell, sizeof cell, "-");
+                else
+                    snprintf(cell, sizeof cell, "%.*f ±%.*f", m >= M_INTFRAG ? 1 : 0,
+                             md * METRIC_SCALE[m], m >= M_INTFRAG ? 1 : 0, sp * METRIC_SCALE[m]);
+                printf(" %19s", cell);
+            }
+        printf("\n");
+    }
+}
+
+/* Table 3: per criterion, each design's score is the geometric mean over
+ * (pages x threads) of its median relative to the best design there (for
+ * event counts, the arithmetic mean of the medians); designs whose scores
+ * differ by less than the noise (the larger relative spread, at least 3%;
+ * for event counts, 1 event per run) share a rank. */
+struct criterion { const char *title; int w, m; };
+static const struct criterion CRIT[] = {
+    { "Time (I/O)", 0, M_WALL }, { "Memory (I/O)", 0, M_END }, { "Frag. (I/O)", 0, M_FRAG },
+    { "Unused (I/O)", 0, M_ENDFRAG }, { "Time (transf.)", 1, M_WALL }, { "Memory (transf.)", 1, M_PEAK },
+};
+#define NC (sizeof CRIT / sizeof CRIT[0])
+static double score[NC][ND], noise[NC][ND];
+static int rank_of[NC][ND];
+static bool rank_tie[NC][ND];
+
+static void rank_all(void)
+{
+    for (size_t c = 0; c < NC; c++) {
+        int w = CRIT[c].w, m = CRIT[c].m;
+        bool counts = m == M_FRAG;
+        for (int d = 0; d < ND; d++) {
+            score[c][d] = counts ? 0 : 1;
+            noise[c][d] = counts ? 1 : 0.03;
+        }
+        int cells = 0;
+        for (int p = 0; p < NP; p++)
+            for (int t = 0; t < NT; t++) {
+                double best = INFINITY;
+                for (int d = 0; d < ND; d++) {
+                    double sp, md = missing[d] ? NAN : median(w, d, p, t, m, &sp);
+                    if (!isnan(md) && md < best)
+                        best = md;
+                }
+                if (!isfinite(best))
+                    continue;
+                cells++;
+                for (int d = 0; d < ND; d++) {
+                    if (missing[d])
+                        continue;
+                    double sp, md = median(w, d, p, t, m, &sp);
+                    if (counts) {
+                        score[c][d] += md;
+                        if (sp > noise[c][d])
+                            noise[c][d] = sp;
+                    } else {
+                        double base = best > 0 ? best : 1e-9;
+                        score[c][d] *= (md > 0 ? md : 1e-9) / base;
+                        double rel = md > 0 ? sp / md : 0;
+                        if (rel > noise[c][d])
+                            noise[c][d] = rel;
+                    }
+                }
+            }
+        for (int d = 0; d < ND; d++) {
+            if (missing[d] || !cells)
+                continue;
+            score[c][d] = counts ? score[c][d] / cells : pow(score[c][d], 1.0 / cells);
+        }
+        /* Rank: 1 + designs clearly better; equal ranks are ties. */
+        for (int d = 0; d < ND; d++) {
+            if (missing[d])
+                continue;
+            int better = 0;
+            rank_tie[c][d] = false;
+            for (int e = 0; e < ND; e++) {
+                if (e == d || missing[e])
+                    continue;
+                double tol = noise[c][d] > noise[c][e] ? noise[c][d] : noise[c][e];
+                bool close = counts ? fabs(score[c][d] - score[c][e]) <= tol
+                                    : fabs(score[c][d] / score[c][e] - 1) <= tol;
+                if (close)
+                    rank_tie[c][d] = true;
+                else if (score[c][e] < score[c][d])
+                    better++;
+            }
+            rank_of[c][d] = better + 1;
+        }
+    }
+}
+
+static void print_ranking(void)
+{
+    printf("\nRanking summary (the paper's Table 3; 1 = best; '=' a tie within noise)\n");
+    printf("%-6s", "");
+    for (size_t c = 0; c < NC; c++)
+        printf(" %16s", CRIT[c].title);
+    printf("\n");
+    for (int d = 0; d < ND; d++) {
+        if (missing[d])
+            continue;
+        printf("%-6s", DESIGNS[d]);
+        for (size_t c = 0; c < NC; c++) {
+            char cell[32];
+            snprintf(cell, sizeof cell, "%d%s (%.3g)", rank_of[c][d], rank_tie[c][d] ? "=" : "",
+                     score[c][d]);
+            printf(" %16s", cell);
+        }
+        printf("\n");
+    }
+    printf("(scores: geometric mean of the median relative to the best design per page allocator and thread\n"
+           " count; fragmentation events: mean count per run.  Memory (I/O) is held at the end of the run, as\n"
+           " the paper's Figure 8; Memory (transf.) the peak; Unused (I/O) the share of memory held at the end\n"
+           " that holds no live object)\n");
+    printf("Paper (Linux 2.6.39, sysbench):  SLAB 2 3 1 - 2 3 | SLOB 1 1 4 - 1 1 | SLUB 3 2 2 - 3 2 | SLQB 4 4 3 - 4 4\n");
+}
+
+static void print_json(void)
+{
+    printf("{\"benchmark\": \"designbench\", \"scale\": %g, \"results\": [", scale);
+    bool first = true;
+    for (int w = 0; w < NW; w++)
+        for (int d = 0; d < ND; d++)
+            for (int p = 0; p < NP; p++)
+                for (int t = 0; t < NT; t++) {
+                    if (missing[d] || !nres[w][d][p][t])
+                        continue;
+                    printf("%s\n {\"workload\": \"%s\", \"design\": \"%s\", \"pages\": \"%s\", \"threads\": %d, "
+                           "\"runs\": %d",
+                           first ? "" : ",", WORKLOADS[w], DESIGNS[d], PAGES[p], THREADS[t], nres[w][d][p][t]);
+                    first = false;
+                    for (int m = 0; m < NM; m++) {
+                        double sp, md = median(w, d, p, t, m, &sp);
+                        printf(", \"%s\": %.6g, \"%s_spread\": %.6g", METRIC_KEY[m], md, METRIC_KEY[m], sp);
+                    }
+                    printf("}");
+                }
+    printf("\n], \"missing\": [");
+    first = true;
+    for (int d = 0; d < ND; d++)
+        if (missing[d]) {
+            printf("%s\"%s\"", first ? "" : ", ", DESIGNS[d]);
+            first = false;
+        }
+    printf("], \"ranking\": {");
+    for (int d = 0, fd = 1; d < ND; d++) {
+        if (missing[d])
+            continue;
+        printf("%s\"%s\": {", fd ? "" : ", ", DESIGNS[d]);
+        fd = 0;
+        for (size_t c = 0; c < NC; c++)
+            printf("%s\"%s\": {\"rank\": %d, \"tie\": %s, \"score\": %.6g}", c ? ", " : "", CRIT[c].title,
+                   rank_of[c][d], rank_tie[c][d] ? "true" : "false", score[c][d]);
+        printf("}");
+    }
+    printf("}, \"failed\": %s}\n", failed ? "true" : "false");
+}
+
+static void usage(void)
+{
+    printf("usage: designbench [--full] [--json] [--repeats N] [--scale X]\n"
+           "  Runs the fileio-like and memory-like workloads on every built design (slab, slub, slob,\n"
+           "  slqb) x page allocator (buddy, ibuddy) x 1, 2, 4 threads, each in its own process,\n"
+           "  interleaved; prints median tables and the paper's ranking (Table 3).\n"
+           "  --full     5 repetitions and twice the work (default: 3 repetitions)\n"
+           "  --json     machine-readable results instead of the tables\n"
+           "  --repeats  repetitions per measurement (1..%d)\n"
+           "  --scale    work multiplier (default 1)\n", MAXREP);
+}
+
+int main(int argc, char **argv)
+{
+    int repeats = 3;
+    bool json = false;
+    const char *child_wl = NULL, *want_design = NULL;
+    int child_threads = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--child") && i + 2 < argc) {
+            child_wl = argv[++i];
+            child_threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--scale") && i + 1 < argc) {
+            scale = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--design") && i + 1 < argc) {
+            want_design = argv[++i];
+        } else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) {
+            repeats = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--full")) {
+            repeats = 5;
+            scale *= 2;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = true;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage();
+            return 0;
+        } else {
+            fprintf(stderr, "designbench: unknown argument %s (try --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (child_wl) {
+        if (child_threads < 1 || child_threads > MAX_THREADS || scale <= 0) {
+            fprintf(stderr, "designbench: bad --child arguments\n");
+            return 2;
+        }
+        return child(child_wl, child_threads, want_design);
+    }
+    if (repeats < 1 || repeats > MAXREP || scale <= 0) {
+        fprintf(stderr, "designbench: --repeats must be 1..%d and --scale positive\n", MAXREP);
+        return 2;
+    }
+
+    char line[4096];
+    int present = 0;
+    for (int d = 0; d < ND; d++) {
+        run_child(DESIGNS[d], PAGES[0], "probe", 1, true, line, sizeof line);
+        missing[d] = json_num(line, "missing") != 0;
+        present += !missing[d];
+        if (missing[d] && !json)
+            printf("designbench: warning: design %s is not built into this library; skipped\n", DESIGNS[d]);
+    }
+    if (!present) {
+        fprintf(stderr, "designbench: no design could be run\n");
+        return 1;
+    }
+    if (!json) {
+        printf("designbench: %d repetition(s), scale %g, designs interleaved within each repetition\n",
+               repeats, scale);
+        fflush(stdout);
+    }
+    double t_start = now();
+    for (int r = 0; r < repeats; r++)
+        for (int w = 0; w < NW; w++)
+            for (int t = 0; t < NT; t++)
+                for (int p = 0; p < NP; p++)
+                    for (int k = 0; k < ND; k++) {
+                        int d = (k + r) % ND;          /* rotate the order between repetitions */
+                        if (missing[d])
+                            continue;
+                        int rc = run_child(DESIGNS[d], PAGES[p], WORKLOADS[w], THREADS[t], false, line, sizeof line);
+                        if (rc != 0 || json_num(line, "ok") != 1) {
+                            fprintf(stderr, "designbench: %s/%s %s %dT failed (exit %d): %s\n", DESIGNS[d],
+                                    PAGES[p], WORKLOADS[w], THREADS[t], rc, line);
+                            failed = true;
+                            continue;
+                        }
+                        int n = nres[w][d][p][t]++;
+                        for (int m = 0; m < NM; m++)
+                            res[w][d][p][t][n][m] = json_num(line, METRIC_KEY[m]);
+                    }
+    rank_all();
+    if (json) {
+        print_json();
+    } else {
+        for (int w = 0; w < NW; w++)
+            for (int m = 0; m < NM; m++)
+                if (w == 0 || (m != M_END && m != M_ENDFRAG))   /* memory: nothing is live at the end */
+                    print_table(w, m);
+        print_ranking();
+        printf("\ndesignbench: %.1f s in all\n", now() - t_start);
+    }
+    return failed ? 1 : 0;
+}

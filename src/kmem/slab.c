@@ -1,0 +1,1082 @@
+/* slab.c — the SLAB design: Bonwick's slab allocator (USENIX 1994) with the
+ * magazine and depot layers of Bonwick and Adams (USENIX 2001).
+ *
+ * 1. Slabs.  A slab is 2^order pages cut into `nobjs` buffers of `bufsize`
+ *    bytes, starting at a colour offset; its struct slab holds a reference
+ *    count (inuse) and its free list.  The cache's slabs form one circular
+ *    list kept partially sorted — full, then partial, then completely free —
+ *    with sc->freelist at the first slab that has a free buffer; a slab whose
+ *    count drops to zero moves to the tail.  Every page of a slab is
+ *    PAGE_SLAB with cache = cp and head = the slab's first page; the head's
+ *    priv[0] is the struct slab, priv[1] the address of its first buffer.
+ * 2. Small objects (bufsize < PAGE_SIZE/8): struct slab at the end of the
+ *    slab's last page; each free buffer is its own bufctl, the (obfuscated)
+ *    link word being the LAST word of the buffer.  With a constructor or
+ *    CACHE_FREEPTR_OUTSIDE an extra word is appended so the link never
+ *    overwrites [0, size).  Large objects: struct slab and its bufctls are one
+ *    block from cache_internal_alloc (Bonwick took them from two small-object
+ *    caches; one block per slab is the same memory with one call), and a
+ *    per-cache hash from buffer address to bufctl, rescaled (x2 above a load
+ *    of 2, /2 below 1/4) outside the lock, finds the bufctl at free.
+ * 3. Slab size: the smallest order whose waste (header and tail included) is
+ *    at most 1/8 (Bonwick 3.2).  Colours: leftover bytes / step + 1 offsets,
+ *    step = max(align, cache line) when it fits, else align; slabs take them
+ *    in turn.  The constructor runs when a slab is created, the destructor
+ *    when it is destroyed, never on the alloc/free paths.
+ * 4. Magazines.  Per thread per cache a `loaded` and a `previous` magazine
+ *    (previous is always full or empty); a per-cache depot of full and empty
+ *    magazines.  Alloc: pop loaded; else swap with a full previous; else trade
+ *    the empty previous for a full magazine from the depot; else refill loaded
+ *    from the slab layer under one lock hold.  Free is the mirror image (a new
+ *    empty magazine is made when the depot has none).  Magazine size by
+ *    buffer size (Solaris kmem_magtype[]), grown when the depot lock was
+ *    contended more than 3 times in a working-set interval.
+ * 5. Working set (Solaris kmem_depot_ws_*): each depot list keeps the minimum
+ *    count seen in the current 15-second interval; at the next interval that
+ *    minimum becomes the reap limit.  reap() frees min(limit, min) magazines
+ *    of each list (rounds go back to their slabs) and every completely free
+ *    slab beyond a reserve of one.  While cache_reap_urgent > 0 (memory is
+ *    short: KM_SLEEP retry, page-layer reclaim hook) the working set is
+ *    ignored: the whole depot and every free slab go.  The clock is
+ *    CLOCK_MONOTONIC_COARSE, read on slow paths only; there is no thread.
+ * 6. Checks (always on).  Free fast path: the object's offset in its slab is a
+ *    multiple of bufsize below nobjs*bufsize (one multiply by the modular
+ *    inverse and a rotate, Hacker's Delight 10-17: no division), and it is not
+ *    the round on top of the loaded magazine (immediate double free).  Slab
+ *    layer: small — not the head of the slab's free list, slab not already
+ *    empty; large — the buffer's bufctl must be in the hash (exact).
+ *
+ * Locking.  sc->lock (slab layer: slab list, counters, hash) and
+ * depot.lock (depot lists, magazine size) are leaves and are never held
+ * together; neither is held while calling page_alloc/page_free,
+ * cache_internal_alloc/free, a constructor or a destructor.  Both come after
+ * cache_list_lock and thread_list_lock (stats, thread_exit).  Per-thread
+ * state (struct slab_cpu) is touched only by its thread, or by thread_exit
+ * once the thread is gone. */
+#include <string.h>
+#include <time.h>
+#include "cache.h"
+#include "../core/report.h"
+
+/* --- Data structures ------------------------------------------------------ */
+
+struct slab {
+    struct slab *next, *prev;      /* the cache's slab list */
+    void *free;                    /* small: first free buffer; large: first free bufctl */
+    char *mem;                     /* first byte of the slab's pages */
+    char *base;                    /* first buffer (mem + colour) */
+    uint32_t inuse;                /* reference count: buffers out of the slab */
+    uint32_t colour;
+};
+
+struct bufctl {                    /* large objects only */
+    struct bufctl *next;           /* slab free list, or hash chain while allocated */
+    char *buf;
+    struct slab *slab;
+};
+
+struct magazine {
+    struct magazine *next;         /* depot list */
+    uint32_t rounds, cap;          /* cap 0: the shared placeholder, never written */
+    void *round[];
+};
+
+struct maglist {
+    struct magazine *head;
+    long total;                    /* magazines on the list */
+    long min;                      /* fewest seen in the current interval */
+    long reaplimit;                /* min of the previous interval: idle, may be reaped */
+};
+
+struct depot {
+    struct sk_lock lock;
+    unsigned magtype;              /* index into mag_types: rounds of new magazines */
+    struct maglist full, empty;
+    uint64_t contention;           /* lock_try failures this interval */
+    uint64_t interval_start;       /* ms, CLOCK_MONOTONIC_COARSE */
+};
+
+struct slab_cpu {                  /* one per thread per cache */
+    struct magazine *loaded, *previous;
+    uint64_t allocs, frees;        /* not yet folded into the cache's totals */
+};
+
+struct slab_cache {
+    /* Layout: read-only after cache_init. */
+    size_t bufsize;
+    size_t link_off;               /* small: offset of the link word in a buffer */
+    uint32_t nobjs;
+    uint32_t order;
+    bool small;
+    uint32_t shift;                /* bufsize = odd << shift */
+    uint64_t inv;                  /* inverse of odd mod 2^64 (interior-pointer test) */
+    uint32_t ncolours;
+    uint32_t colour_step;
+    uint32_t colour_next;          /* under lock */
+
+    /* Slab layer. */
+    _Alignas(CACHE_LINE) struct sk_lock lock;
+    struct slab list;              /* sentinel: next = first (full end), prev = last (free end) */
+    struct slab *freelist;         /* first slab with a free buffer, or &list */
+    uint64_t nslabs, nfree_slabs;  /* all slabs; completely free ones */
+    uint64_t inuse;                /* buffers out of the slab layer (callers + magazines) */
+    uint64_t allocs, frees;        /* folded from threads + direct slab-layer traffic */
+    struct bufctl **hash;          /* large: buffer -> bufctl of allocated buffers */
+    size_t hash_size;              /* buckets, a power of two */
+    size_t hash_count;
+    uint32_t hash_shift;
+    uint64_t hash_rescales;
+
+    _Alignas(CACHE_LINE) struct depot depot;
+};
+
+/* Solaris kmem_magtype[] (usr/src/uts/common/os/kmem.c): rounds, and the
+ * buffer sizes a type serves: a cache starts at the first type whose minbuf is
+ * below its buffer size and grows one type at a time while bufsize < maxbuf. */
+static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = {
+    { 1, 8192, 262144 }, { 3, 3200, 65536 }, { 7, 256, 32768 }, { 15, 64, 8192 },
+    { 31, 0, 4096 }, { 47, 0, 2048 }, { 63, 0, 1024 },
+};
+#define MAG_MAX_ROUNDS 63
+/* Solaris kmem_depot_contention: more lock_try failures than this in one
+ * interval grow the magazines. */
+#define DEPOT_CONTENTION 3
+/* Solaris kmem_reap_interval: the working-set interval, 15 s. */
+#define WS_INTERVAL_MS 15000
+/* Completely free slabs a non-urgent reap leaves to the cache. */
+#define SLAB_RESERVE 1
+#define HASH_MIN 64
+
+static struct magazine mag_none;   /* cap 0: a thread's loaded/previous until it has real ones */
+
+static inline struct slab_cache *SC(struct kmem_cache *cp) { return cache_priv(cp); }
+
+static uint64_t clock_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* --- Reports ------------------------------------------------------------- */
+
+SK_COLD SK_NORETURN static void report_double_free(struct kmem_cache *cp, const void *obj, const char *where)
+{
+    sk_report_buffer("double free", obj, cp->name, "the buffer is already free (%s)", where);
+}
+
+SK_COLD SK_NORETURN static void report_interior(struct kmem_cache *cp, const void *obj)
+{
+    struct slab_cache *sc = SC(cp);
+    struct page_desc *d = page_desc_of(obj)->head;
+    uintptr_t off = (uintptr_t)obj - d->priv[1];
+    sk_report_buffer("free: invalid pointer (not the start of an object)", obj, cp->name,
+                     "offset %ld from the slab's first buffer; buffers are %zu bytes, %u per slab",
+                     (long)off, sc->bufsize, sc->nobjs);
+}
+
+/* --- Interior-pointer test ----------------------------------------------- */
+
+/* Index of the buffer at offset off in a slab, or a number >= nobjs when off
+ * is not a multiple of bufsize (or is outside the slab).  For bufsize =
+ * odd * 2^k: off is a multiple iff rotr(off * inv(odd), k) <= (2^64-1)/bufsize,
+ * and then it equals off / bufsize. */
+SK_INLINE uint64_t buffer_index(const struct slab_cache *sc, uintptr_t off)
+{
+    uint64_t x = (uint64_t)off * sc->inv;
+    return (x >> sc->shift) | (x << ((64 - sc->shift) & 63));   /* one ror */
+}
+
+SK_INLINE void check_start(struct kmem_cache *cp, struct slab_cache *sc, void *obj)
+{
+    /* The caller found obj on a PAGE_SLAB page of cp: its region exists, so
+     * page_desc_of's range checks can be skipped. */
+    uintptr_t a = (uintptr_t)obj;
+    struct page_desc *d = (struct page_desc *)region_map[a >> REGION_SHIFT] + ((a & REGION_MASK) >> PAGE_SHIFT);
+    d = d->head;
+    if (unlikely(buffer_index(sc, (uintptr_t)obj - d->priv[1]) >= sc->nobjs))
+        report_interior(cp, obj);
+}
+
+/* --- Large-object hash ---------------------------------------------------- */
+
+SK_INLINE size_t hash_index(const struct slab_cache *sc, const void *buf)
+{
+    return ((uintptr_t)buf >> sc->hash_shift) & (sc->hash_size - 1);
+}
+
+/* Rebuilds the hash at the size its load asks for.  No lock held on entry:
+ * the table is allocated outside the lock and installed under it. */
+SK_NOINLINE static void hash_rescale(struct kmem_cache *cp, struct slab_cache *sc)
+{
+    lock_acquire(&sc->lock);
+    size_t count = sc->hash_count, size = sc->hash_size;
+    lock_release(&sc->lock);
+    size_t want = HASH_MIN;
+    while (want < count)
+        want <<= 1;
+    if (want == size || (count <= 2 * size && count >= size / 4))
+        return;
+    struct bufctl **nt = cache_internal_alloc(want * sizeof *nt);
+    if (!nt)
+        return;                    /* keep the old table: longer chains, still correct */
+    lock_acquire(&sc->lock);
+    struct bufctl **old = sc->hash;
+    size_t oldsize = sc->hash_size;
+    sc->hash = nt;
+    sc->hash_size = want;
+    for (size_t i = 0; i < oldsize; i++) {
+        struct bufctl *bc = old[i];
+        while (bc) {
+            struct bufctl *next = bc->next;
+            size_t h = hash_index(sc, bc->buf);
+            bc->next = nt[h];
+            nt[h] = bc;
+            bc = next;
+        }
+    }
+    sc->hash_rescales++;
+    lock_release(&sc->lock);
+    cache_internal_free(old, oldsize * sizeof *old);
+}
+
+SK_INLINE bool hash_wants_rescale(const struct slab_cache *sc)
+{
+    return !sc->small && (sc->hash_count > 2 * sc->hash_size ||
+                          (sc->hash_size > HASH_MIN && sc->hash_count < sc->hash_size / 4));
+}
+
+/* --- Slab creation and destruction ---------------------------------------- */
+
+static size_t slab_bytes(const struct slab_cache *sc) { return PAGE_SIZE << sc->order; }
+
+/* A new slab, its buffers constructed and free; no lock held. */
+static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, int flags)
+{
+    char *mem = page_alloc(sc->order, flags);
+    if (!mem)
+        return NULL;
+    struct slab *sp;
+    if (sc->small) {
+        sp = (struct slab *)(mem + slab_bytes(sc) - sizeof *sp);
+    } else {
+        sp = cache_internal_alloc(sizeof *sp + sc->nobjs * sizeof(struct bufctl));
+        if (!sp) {
+            page_free(mem, sc->order);
+            return NULL;
+        }
+    }
+    lock_acquire(&sc->lock);
+    uint32_t colour = sc->colour_next;
+    sc->colour_next = colour + 1 >= sc->ncolours ? 0 : colour + 1;
+    lock_release(&sc->lock);
+
+    sp->mem = mem;
+    sp->colour = colour;
+    sp->base = mem + (size_t)colour * sc->colour_step;
+    sp->inuse = 0;
+    sp->next = sp->prev = NULL;
+
+    /* Constructed once, here (Bonwick 2): every buffer of a slab is
+     * constructed for as long as the slab lives. */
+    if (cp->ctor)
+        for (uint32_t i = 0; i < sc->nobjs; i++)
+            cp->ctor(sp->base + i * sc->bufsize, cp->object_size);
+
+    if (sc->small) {
+        /* Free list in address order, links at the end of each buffer. */
+        void *next = NULL;
+        for (uint32_t i = sc->nobjs; i-- > 0;) {
+            char *buf = sp->base + i * sc->bufsize;
+            uintptr_t *link = (uintptr_t *)(buf + sc->link_off);
+            *link = freeptr_encode(cp, next, link);
+            next = buf;
+        }
+        sp->free = next;
+    } else {
+        struct bufctl *bcs = (struct bufctl *)(sp + 1), *next = NULL;
+        for (uint32_t i = sc->nobjs; i-- > 0;) {
+            bcs[i].buf = sp->base + i * sc->bufsize;
+            bcs[i].slab = sp;
+            bcs[i].next = next;
+            next = &bcs[i];
+        }
+        sp->free = next;
+    }
+
+    struct page_desc *head = page_desc_of(mem);
+    size_t npages = (size_t)1 << sc->order;
+    for (size_t i = 0; i < npages; i++) {
+        head[i].cache = cp;
+        head[i].head = head;
+        head[i].kind = PAGE_SLAB;
+    }
+    head->priv[0] = (uintptr_t)sp;
+    head->priv[1] = (uintptr_t)sp->base;
+    return sp;
+}
+
+/* Destructs a free slab's buffers and gives its pages back; no lock held.
+ * Returns the bytes released. */
+static size_t slab_destroy(struct kmem_cache *cp, struct slab_cache *sc, struct slab *sp)
+{
+    if (cp->dtor)
+        for (uint32_t i = 0; i < sc->nobjs; i++)
+            cp->dtor(sp->base + i * sc->bufsize, cp->object_size);
+    char *mem = sp->mem;
+    struct page_desc *head = page_desc_of(mem);
+    size_t npages = (size_t)1 << sc->order;
+    for (size_t i = 1; i < npages; i++) {
+        head[i].kind = PAGE_TAIL;
+        head[i].cache = NULL;
+    }
+    head->kind = PAGE_USED;
+    head->cache = NULL;
+    head->head = NULL;
+    head->priv[0] = head->priv[1] = 0;
+    if (!sc->small)
+        cache_internal_free(sp, sizeof *sp + sc->nobjs * sizeof(struct bufctl));
+    page_free(mem, sc->order);
+    return slab_bytes(sc);
+}
+
+/* --- Slab layer (sc->lock held) ------------------------------------------- */
+
+SK_INLINE void list_unlink(struct slab *sp)
+{
+    sp->prev->next = sp->next;
+    sp->next->prev = sp->prev;
+}
+
+SK_INLINE void list_insert_before(struct slab *pos, struct slab *sp)
+{
+    sp->next = pos;
+    sp->prev = pos->prev;
+    pos->prev->next = sp;
+    pos->prev = sp;
+}
+
+/* A new (free) slab joins at the tail. */
+static void slab_add(struct slab_cache *sc, struct slab *sp)
+{
+    list_insert_before(&sc->list, sp);
+    if (sc->freelist == &sc->list)
+        sc->freelist = sp;
+    sc->nslabs++;
+    sc->nfree_slabs++;
+}
+
+/* One buffer from the first slab with room, or NULL. */
+SK_INLINE void *slab_take(struct kmem_cache *cp, struct slab_cache *sc)
+{
+    struct slab *sp = sc->freelist;
+    if (sp == &sc->list)
+        return NULL;
+    void *buf;
+    if (sc->small) {
+        buf = sp->free;
+        uintptr_t *link = (uintptr_t *)((char *)buf + sc->link_off);
+        sp->free = freeptr_decode(cp, *link, link);
+    } else {
+        struct bufctl *bc = sp->free;
+        sp->free = bc->next;
+        buf = bc->buf;
+        size_t h = hash_index(sc, buf);
+        bc->next = sc->hash[h];
+        sc->hash[h] = bc;
+        sc->hash_count++;
+    }
+    if (sp->inuse++ == 0)
+        sc->nfree_slabs--;
+    if (!sp->free)                 /* now full: it stays put, at the end of the full run */
+        sc->freelist = sp->next;
+    sc->inuse++;
+    return buf;
+}
+
+/* Gives buf back to its slab, keeping the list sorted. */
+static void slab_put(struct kmem_cache *cp, struct slab_cache *sc, void *buf)
+{
+    struct slab *sp;
+    bool was_full;
+    if (sc->small) {
+        sp = (struct slab *)page_desc_of(buf)->head->priv[0];
+        if (unlikely(sp->inuse == 0 || sp->free == buf)) {
+            lock_release(&sc->lock);
+            report_double_free(cp, buf, "its slab's free list");
+        }
+        was_full = sp->free == NULL;
+        uintptr_t *link = (uintptr_t *)((char *)buf + sc->link_off);
+        *link = freeptr_encode(cp, sp->free, link);
+        sp->free = buf;
+    } else {
+        struct bufctl **pp = &sc->hash[hash_index(sc, buf)], *bc;
+        while ((bc = *pp) && bc->buf != buf)
+            pp = &bc->next;
+        if (unlikely(!bc)) {
+            lock_release(&sc->lock);
+            report_double_free(cp, buf, "no allocated buffer of the cache has this address");
+        }
+        *pp = bc->next;
+        sc->hash_count--;
+        sp = bc->slab;
+        was_full = sp->free == NULL;
+        bc->next = sp->free;
+        sp->free = bc;
+    }
+    sc->inuse--;
+    if (--sp->inuse == 0) {
+        /* Completely free: to the tail, behind every partial slab (Bonwick 3.4). */
+        sc->nfree_slabs++;
+        if (sc->freelist == sp)
+            sc->freelist = sp->next;
+        list_unlink(sp);
+        list_insert_before(&sc->list, sp);
+        if (sc->freelist == &sc->list)
+            sc->freelist = sp;
+    } else if (was_full) {
+        /* Leaves the full run: becomes the first slab with room. */
+        list_unlink(sp);
+        list_insert_before(sc->freelist, sp);
+        sc->freelist = sp;
+    }
+}
+
+/* Up to `want` buffers into out[]; grows the cache (at most once) if it has
+ * none.  Returns how many; 0 when memory cannot be had. */
+static uint32_t slab_alloc_batch(struct kmem_cache *cp, struct slab_cache *sc, void **out,
+                                 uint32_t want, int flags)
+{
+    uint32_t n = 0;
+    bool rescale;
+    for (int grown = 0;; grown++) {
+        lock_acquire(&sc->lock);
+        while (n < want) {
+            void *buf = slab_take(cp, sc);
+            if (!buf)
+                break;
+            out[n++] = buf;
+        }
+        rescale = hash_wants_rescale(sc);
+        lock_release(&sc->lock);
+        if (n || grown)
+            break;
+        struct slab *sp = slab_create(cp, sc, flags);
+        if (!sp)
+            break;
+        lock_acquire(&sc->lock);
+        slab_add(sc, sp);
+        lock_release(&sc->lock);
+    }
+    if (unlikely(rescale))
+        hash_rescale(cp, sc);
+    return n;
+}
+
+static void slab_free_batch(struct kmem_cache *cp, struct slab_cache *sc, void **bufs, uint32_t n)
+{
+    if (!n)
+        return;
+    lock_acquire(&sc->lock);
+    for (uint32_t i = 0; i < n; i++)
+        slab_put(cp, sc, bufs[i]);
+    bool rescale = hash_wants_rescale(sc);
+    lock_release(&sc->lock);
+    if (unlikely(rescale))
+        hash_rescale(cp, sc);
+}
+
+/* --- Depot ----------------------------------------------------------------- */
+
+static uint32_t mag_rounds(const struct depot *d) { return mag_types[d->magtype].rounds; }
+
+static size_t mag_bytes(uint32_t cap) { return sizeof(struct magazine) + cap * sizeof(void *); }
+
+static struct magazine *mag_new(uint32_t cap)
+{
+    struct magazine *m = cache_internal_alloc(mag_bytes(cap));
+    if (m)
+        m->cap = cap;
+    return m;
+}
+
+static void mag_delete(struct magazine *m)
+{
+    if (m && m->cap)
+        cache_internal_free(m, mag_bytes(m->cap));
+}
+
+/* Solaris kmem_depot_ws_update, run lazily when an interval has passed. */
+static void depot_ws_update(struct depot *d, uint64_t now)
+{
+    if (now - d->interval_start < WS_INTERVAL_MS)
+        return;
+    bool idle = now - d->interval_start >= 2 * WS_INTERVAL_MS;  /* a whole interval without a look */
+    struct maglist *lists[2] = { &d->full, &d->empty };
+    for (int i = 0; i < 2; i++) {
+        struct maglist *l = lists[i];
+        l->reaplimit = idle ? l->total : l->min;
+        l->min = l->total;
+    }
+    d->contention = 0;
+    d->interval_start = now;
+}
+
+/* Takes the depot lock, counting contention; grows the magazines when the
+ * lock has been contended too often this interval (Solaris kmem_cache_update). */
+static void depot_lock(struct kmem_cache *cp, struct slab_cache *sc)
+{
+    struct depot *d = &sc->depot;
+    if (likely(lock_try(&d->lock)))
+        return;
+    lock_acquire(&d->lock);
+    if (++d->contention > DEPOT_CONTENTION) {
+        d->contention = 0;
+        if (d->magtype + 1 < ARRAY_SIZE(mag_types) && sc->bufsize < mag_types[d->magtype].maxbuf)
+            d->magtype++;
+    }
+}
+
+SK_INLINE void depot_unlock(struct slab_cache *sc) { lock_release(&sc->depot.lock); }
+
+static struct magazine *maglist_pop(struct maglist *l)
+{
+    struct magazine *m = l->head;
+    if (m) {
+        l->head = m->next;
+        if (--l->total < l->min)
+            l->min = l->total;
+    }
+    return m;
+}
+
+static void maglist_push(struct maglist *l, struct magazine *m)
+{
+    m->next = l->head;
+    l->head = m;
+    l->total++;
+}
+
+/* --- Per-thread state -------------------------------------------------------- */
+
+/* This thread's state, created on first use; NULL when the thread has exited
+ * (or memory is short): the caller then goes straight to the slab layer. */
+static struct slab_cpu *cpu_get(struct kmem_cache *cp)
+{
+    struct slab_cpu *cpu = cache_cpu(cp);
+    if (cpu)
+        return cpu;
+    void **slot = cache_cpu_slot(cp);
+    if (!slot)
+        return NULL;
+    cpu = cache_internal_alloc(sizeof *cpu);
+    if (!cpu)
+        return NULL;
+    cpu->loaded = cpu->previous = &mag_none;
+    *slot = cpu;
+    return cpu;
+}
+
+/* --- Allocation ------------------------------------------------------------ */
+
+SK_NOINLINE static void *slab_alloc_slow(struct kmem_cache *cp, int flags)
+{
+    struct slab_cache *sc = SC(cp);
+    struct slab_cpu *cpu = cpu_get(cp);
+    void *obj;
+    if (unlikely(!cpu)) {
+        if (!slab_alloc_batch(cp, sc, &obj, 1, flags))
+            return NULL;
+        lock_acquire(&sc->lock);
+        sc->allocs++;
+        lock_release(&sc->lock);
+        return obj;
+    }
+    for (;;) {
+        struct magazine *m = cpu->loaded, *p = cpu->previous;
+        if (m->rounds) {
+            cpu->allocs++;
+            return m->round[--m->rounds];
+        }
+        if (p->rounds) {           /* previous is full: swap */
+            cpu->loaded = p;
+            cpu->previous = m;
+            continue;
+        }
+        /* Both empty: trade previous for a full magazine from the depot. */
+        depot_lock(cp, sc);
+        struct magazine *f = maglist_pop(&sc->depot.full);
+        if (f) {
+            if (p->cap)
+                maglist_push(&sc->depot.empty, p);
+            depot_unlock(sc);
+            cpu->previous = m;
+            cpu->loaded = f;
+            continue;
+        }
+        /* No full magazine: make sure loaded is a real one, to refill it. */
+        if (!m->cap) {
+            struct magazine *e = maglist_pop(&sc->depot.empty);
+            uint32_t cap = mag_rounds(&sc->depot);
+            depot_unlock(sc);
+            if (!e)
+                e = mag_new(cap);
+            if (e) {
+                cpu->loaded = e;
+                m = e;
+            }
+        } else {
+            depot_unlock(sc);
+        }
+        break;
+    }
+    /* The slab layer: fill loaded (one lock hold for a magazine's worth). */
+    struct magazine *m = cpu->loaded;
+    if (m->cap) {
+        uint32_t n = slab_alloc_batch(cp, sc, m->round, m->cap, flags);
+        if (!n)
+            return NULL;
+        m->rounds = n;
+        cpu->allocs++;
+        return m->round[--m->rounds];
+    }
+    if (!slab_alloc_batch(cp, sc, &obj, 1, flags))
+        return NULL;
+    cpu->allocs++;
+    return obj;
+}
+
+/* This thread's state on the fast paths: no call (so no register saves);
+ * a thread not yet attached, or a cache id beyond the inline slots, takes the
+ * slow path, which uses cache_cpu(). */
+SK_INLINE struct slab_cpu *cpu_fast(struct kmem_cache *cp)
+{
+    struct sk_thread *t = sk_self;
+    if (likely(t != NULL && cp->id < THREAD_CPU_INLINE))
+        return t->cpu[cp->id];
+    return NULL;
+}
+
+/* The fast path: a TLS load, an index, a pop (about 12 instructions). */
+static void *slab_alloc(struct kmem_cache *cp, int flags)
+{
+    struct slab_cpu *cpu = cpu_fast(cp);
+    if (likely(cpu != NULL)) {
+        struct magazine *m = cpu->loaded;
+        uint32_t r = m->rounds;
+        if (likely(r != 0)) {
+            m->rounds = r - 1;
+            cpu->allocs++;
+            return m->round[r - 1];
+        }
+    }
+    return slab_alloc_slow(cp, flags);
+}
+
+/* --- Free ---------------------------------------------------------------------- */
+
+SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
+{
+    struct slab_cache *sc = SC(cp);
+    struct slab_cpu *cpu = cpu_get(cp);
+    if (unlikely(!cpu)) {
+        slab_free_batch(cp, sc, &obj, 1);
+        lock_acquire(&sc->lock);
+        sc->frees++;
+        lock_release(&sc->lock);
+        return;
+    }
+    for (;;) {
+        struct magazine *m = cpu->loaded, *p = cpu->previous;
+        uint32_t r = m->rounds;
+        if (r && m->round[r - 1] == obj)
+            report_double_free(cp, obj, "on top of the thread's magazine");
+        if (r < m->cap) {
+            m->round[r] = obj;
+            m->rounds = r + 1;
+            cpu->frees++;
+            return;
+        }
+        if (p->cap && p->rounds == 0) {   /* previous is empty: swap */
+            cpu->loaded = p;
+            cpu->previous = m;
+            continue;
+        }
+        /* Trade the full previous for an empty magazine from the depot. */
+        depot_lock(cp, sc);
+        uint32_t cap = mag_rounds(&sc->depot);
+        struct magazine *e = maglist_pop(&sc->depot.empty);
+        if (e && e->cap < cap) {   /* from before the magazines grew: retire it */
+            depot_unlock(sc);
+            mag_delete(e);
+            continue;
+        }
+        if (e) {
+            if (p->cap)
+                maglist_push(&sc->depot.full, p);
+            depot_unlock(sc);
+            cpu->previous = m;
+            cpu->loaded = e;
+            continue;
+        }
+        depot_unlock(sc);
+        /* No empty magazine in the depot: make one. */
+        e = mag_new(cap);
+        if (!e)
+            break;
+        if (p->cap) {
+            depot_lock(cp, sc);
+            maglist_push(&sc->depot.full, p);
+            depot_unlock(sc);
+        }
+        cpu->previous = m->cap ? m : &mag_none;
+        cpu->loaded = e;
+    }
+    /* Out of memory for magazines: straight to the slab. */
+    slab_free_batch(cp, sc, &obj, 1);
+    cpu->frees++;
+}
+
+/* The fast path: check the pointer, push on the loaded magazine. */
+static void slab_free(struct kmem_cache *cp, void *obj)
+{
+    struct slab_cache *sc = SC(cp);
+    check_start(cp, sc, obj);
+    struct slab_cpu *cpu = cpu_fast(cp);
+    if (likely(cpu != NULL)) {
+        struct magazine *m = cpu->loaded;
+        uint32_t r = m->rounds;
+        if (likely(r < m->cap)) {
+            if (unlikely(r && m->round[r - 1] == obj))
+                report_double_free(cp, obj, "on top of the thread's magazine");
+            m->round[r] = obj;
+            m->rounds = r + 1;
+            cpu->frees++;
+            return;
+        }
+    }
+    slab_free_slow(cp, obj);
+}
+
+/* --- Cache set-up and tear-down --------------------------------------------- */
+
+static uint64_t inverse_odd(uint64_t odd)
+{
+    uint64_t x = odd;              /* correct to 3 bits; each step doubles them */
+    for (int i = 0; i < 5; i++)
+        x *= 2 - odd * x;
+    return x;
+}
+
+static int slab_cache_init(struct kmem_cache *cp)
+{
+    struct slab_cache *sc = SC(cp);
+    memset(sc, 0, sizeof *sc);
+    size_t align = cp->align;
+    bool outside = cp->ctor || (cp->flags & CACHE_FREEPTR_OUTSIDE);
+    /* Bonwick 3.2.2: an extra word for constructed objects, so the link never
+     * lands on constructed state. */
+    size_t bufsize = ALIGN_UP(ALIGN_UP(cp->size, 8) + (outside ? sizeof(uintptr_t) : 0), align);
+    sc->bufsize = bufsize;
+    sc->link_off = bufsize - sizeof(uintptr_t);
+    sc->small = bufsize < PAGE_SIZE / 8;
+
+    /* Smallest order with waste <= 1/8 (Bonwick 3.2); else the least wasteful. */
+    size_t header = sc->small ? sizeof(struct slab) : 0;
+    unsigned best = 0;
+    size_t best_waste = SIZE_MAX;
+    bool found = false;
+    for (unsigned o = 0; o <= MAX_ORDER; o++) {
+        size_t bytes = PAGE_SIZE << o;
+        if (bytes < bufsize + header)
+            continue;
+        size_t n = (bytes - header) / bufsize;
+        size_t waste = bytes - n * bufsize;
+        if (waste * 8 <= bytes) {
+            best = o;
+            found = true;
+            break;
+        }
+        /* compare waste fractions: waste/bytes */
+        if (best_waste == SIZE_MAX || waste * (PAGE_SIZE << best) < best_waste * bytes) {
+            best = o;
+            best_waste = waste;
+        }
+    }
+    if (!found && best_waste == SIZE_MAX) {
+        sk_warn("kmem_cache_create(%s): objects of %zu bytes (buffer %zu) do not fit a slab of %zu bytes",
+                cp->name, cp->size, bufsize, PAGE_SIZE << MAX_ORDER);
+        return -1;
+    }
+    sc->order = best;
+    size_t bytes = PAGE_SIZE << best;
+    sc->nobjs = (uint32_t)((bytes - header) / bufsize);
+    size_t leftover = bytes - header - sc->nobjs * bufsize;
+
+    /* Colours: step = cache line or alignment (Bonwick 4.3). */
+    size_t step = align > CACHE_LINE ? align : CACHE_LINE;
+    if (step > leftover)
+        step = align;
+    if (step > leftover) {
+        sc->ncolours = 1;
+        sc->colour_step = 0;
+    } else {
+        sc->ncolours = (uint32_t)(leftover / step + 1);
+        sc->colour_step = (uint32_t)step;
+    }
+
+    sc->shift = (uint32_t)__builtin_ctzll(bufsize);
+    sc->inv = inverse_odd(bufsize >> sc->shift);
+
+    sc->list.next = sc->list.prev = &sc->list;
+    sc->freelist = &sc->list;
+    if (!sc->small) {
+        sc->hash_size = HASH_MIN;
+        sc->hash_shift = (uint32_t)(63 - __builtin_clzll(bufsize));
+        sc->hash = cache_internal_alloc(HASH_MIN * sizeof *sc->hash);
+        if (!sc->hash) {
+            sk_warn("kmem_cache_create(%s): no memory for the buffer hash", cp->name);
+            return -1;
+        }
+    }
+
+    struct depot *d = &sc->depot;
+    unsigned t = 0;
+    while (t + 1 < ARRAY_SIZE(mag_types) && bufsize <= mag_types[t].minbuf)
+        t++;
+    d->magtype = t;
+    d->interval_start = clock_ms();
+    return 0;
+}
+
+/* Gives a magazine's rounds back to their slabs. */
+static void mag_drain(struct kmem_cache *cp, struct slab_cache *sc, struct magazine *m)
+{
+    if (m->cap && m->rounds) {
+        slab_free_batch(cp, sc, m->round, m->rounds);
+        m->rounds = 0;
+    }
+}
+
+/* Unlinks up to `keep`-sparing free slabs from the tail; destroys them
+ * outside the lock.  Returns bytes released. */
+static size_t slabs_release(struct kmem_cache *cp, struct slab_cache *sc, uint64_t keep)
+{
+    struct slab *victims = NULL;
+    lock_acquire(&sc->lock);
+    while (sc->nfree_slabs > keep) {
+        struct slab *sp = sc->list.prev;       /* free slabs are at the tail */
+        if (sp == &sc->list || sp->inuse)
+            break;
+        if (sc->freelist == sp)
+            sc->freelist = sp->next;
+        list_unlink(sp);
+        sc->nslabs--;
+        sc->nfree_slabs--;
+        sp->next = victims;
+        victims = sp;
+    }
+    lock_release(&sc->lock);
+    size_t bytes = 0;
+    while (victims) {
+        struct slab *sp = victims;
+        victims = sp->next;
+        bytes += slab_destroy(cp, sc, sp);
+    }
+    return bytes;
+}
+
+static void slab_cache_fini(struct kmem_cache *cp)
+{
+    struct slab_cache *sc = SC(cp);
+    struct depot *d = &sc->depot;
+    struct magazine *m;
+    lock_acquire(&d->lock);
+    struct magazine *all = NULL;
+    while ((m = maglist_pop(&d->full)) || (m = maglist_pop(&d->empty))) {
+        m->next = all;
+        all = m;
+    }
+    lock_release(&d->lock);
+    while ((m = all)) {
+        all = m->next;
+        mag_drain(cp, sc, m);
+        mag_delete(m);
+    }
+    lock_acquire(&sc->lock);
+    uint64_t live = sc->inuse;
+    lock_release(&sc->lock);
+    if (live)
+        sk_fatal("kmem_cache_destroy(%s): %lu objects still allocated (cache %p)",
+                 cp->name, (unsigned long)live, (void *)cp);
+    slabs_release(cp, sc, 0);
+    if (sc->hash)
+        cache_internal_free(sc->hash, sc->hash_size * sizeof *sc->hash);
+    sc->hash = NULL;
+}
+
+/* --- Reclaim ------------------------------------------------------------------ */
+
+static size_t slab_reap(struct kmem_cache *cp)
+{
+    struct slab_cache *sc = SC(cp);
+    struct depot *d = &sc->depot;
+    bool urgent = __atomic_load_n(&cache_reap_urgent, __ATOMIC_RELAXED) > 0;
+    struct magazine *victims = NULL, *m;
+    lock_acquire(&d->lock);
+    depot_ws_update(d, clock_ms());
+    struct maglist *lists[2] = { &d->full, &d->empty };
+    for (int i = 0; i < 2; i++) {
+        struct maglist *l = lists[i];
+        long n = urgent ? l->total : (l->reaplimit < l->min ? l->reaplimit : l->min);
+        while (n-- > 0 && (m = maglist_pop(l))) {
+            m->next = victims;
+            victims = m;
+        }
+        if (l->reaplimit > l->total)
+            l->reaplimit = l->total;
+    }
+    lock_release(&d->lock);
+    size_t bytes = 0;
+    while ((m = victims)) {
+        victims = m->next;
+        mag_drain(cp, sc, m);
+        bytes += mag_bytes(m->cap);
+        mag_delete(m);
+    }
+    bytes += slabs_release(cp, sc, urgent ? 0 : SLAB_RESERVE);
+    lock_acquire(&sc->lock);
+    bool rescale = hash_wants_rescale(sc);
+    lock_release(&sc->lock);
+    if (rescale)
+        hash_rescale(cp, sc);
+    return bytes;
+}
+
+/* --- Threads, statistics, fork ---------------------------------------------- */
+
+static void slab_thread_exit(struct kmem_cache *cp, void *arg)
+{
+    struct slab_cache *sc = SC(cp);
+    struct slab_cpu *cpu = arg;
+    struct magazine *mags[2] = { cpu->loaded, cpu->previous };
+    for (int i = 0; i < 2; i++) {
+        struct magazine *m = mags[i];
+        if (!m->cap)
+            continue;
+        if (m->rounds && m->rounds < m->cap)
+            mag_drain(cp, sc, m);          /* a partial magazine: rounds to their slabs */
+        depot_lock(cp, sc);
+        maglist_push(m->rounds ? &sc->depot.full : &sc->depot.empty, m);
+        depot_unlock(sc);
+    }
+    lock_acquire(&sc->lock);
+    sc->allocs += cpu->allocs;
+    sc->frees += cpu->frees;
+    lock_release(&sc->lock);
+    cache_internal_free(cpu, sizeof *cpu);
+}
+
+static uint64_t mag_count(const struct magazine *m)
+{
+    uint32_t r = __atomic_load_n(&m->rounds, __ATOMIC_RELAXED);
+    return r <= m->cap ? r : 0;
+}
+
+static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+{
+    struct slab_cache *sc = SC(cp);
+    uint64_t cached = 0, allocs = 0, frees = 0;
+    /* Other threads' unfolded counters and rounds: read racily (their
+     * structs cannot go away: thread_exit runs under cache_list_lock, which
+     * our caller holds); the numbers are exact once threads have exited. */
+    lock_acquire(&thread_list_lock);
+    for (struct sk_thread *t = thread_list; t; t = t->next) {
+        struct slab_cpu *cpu = NULL;
+        if (cp->id < THREAD_CPU_INLINE)
+            cpu = __atomic_load_n(&t->cpu[cp->id], __ATOMIC_RELAXED);
+        else if (t == thread_self() && cp->id - THREAD_CPU_INLINE < t->cpu_more_len)
+            cpu = t->cpu_more[cp->id - THREAD_CPU_INLINE];
+        if (!cpu)
+            continue;
+        struct magazine *l = __atomic_load_n(&cpu->loaded, __ATOMIC_RELAXED);
+        struct magazine *p = __atomic_load_n(&cpu->previous, __ATOMIC_RELAXED);
+        cached += mag_count(l) + mag_count(p);
+        allocs += __atomic_load_n(&cpu->allocs, __ATOMIC_RELAXED);
+        frees += __atomic_load_n(&cpu->frees, __ATOMIC_RELAXED);
+    }
+    lock_release(&thread_list_lock);
+
+    struct depot *d = &sc->depot;
+    lock_acquire(&d->lock);
+    for (struct magazine *m = d->full.head; m; m = m->next)
+        cached += m->rounds;
+    uint32_t rounds = mag_rounds(d);
+    lock_release(&d->lock);
+
+    lock_acquire(&sc->lock);
+    uint64_t inuse = sc->inuse;
+    out->num_objs = sc->nslabs * sc->nobjs;
+    out->active_slabs = sc->nslabs - sc->nfree_slabs;
+    out->num_slabs = sc->nslabs;
+    allocs += sc->allocs;
+    frees += sc->frees;
+    lock_release(&sc->lock);
+
+    out->buffer_size = sc->bufsize;
+    out->objs_per_slab = sc->nobjs;
+    out->pages_per_slab = (uint64_t)1 << sc->order;
+    out->active_objs = inuse > cached ? inuse - cached : 0;
+    out->cached_objs = cached;
+    out->allocs = allocs;
+    out->frees = frees;
+    out->limit = 2 * rounds;       /* loaded + previous */
+    out->batchcount = rounds;      /* a magazine moves at a time */
+}
+
+static void slab_fork_prepare(struct kmem_cache *cp)
+{
+    lock_acquire(&SC(cp)->depot.lock);
+    lock_acquire(&SC(cp)->lock);
+}
+
+static void slab_fork_parent(struct kmem_cache *cp)
+{
+    lock_release(&SC(cp)->lock);
+    lock_release(&SC(cp)->depot.lock);
+}
+
+static void slab_fork_child(struct kmem_cache *cp)
+{
+    lock_reset(&SC(cp)->lock);
+    lock_reset(&SC(cp)->depot.lock);
+}
+
+/* For tests: buckets of a large-object cache's hash (0 for small objects),
+ * and how many times it was rescaled. */
+size_t slab_hash_info(struct kmem_cache *cp, size_t *rescales)
+{
+    struct slab_cache *sc = SC(cp);
+    lock_acquire(&sc->lock);
+    size_t n = sc->small ? 0 : sc->hash_size;
+    if (rescales)
+        *rescales = sc->hash_rescales;
+    lock_release(&sc->lock);
+    return n;
+}
+
+const struct design_ops slab_design = {
+    .name = "slab",
+    .cache_priv_size = sizeof(struct slab_cache),
+    .init = NULL,
+    .cache_init = slab_cache_init,
+    .cache_fini = slab_cache_fini,
+    .alloc = slab_alloc,
+    .free = slab_free,
+    .reap = slab_reap,
+    .thread_exit = slab_thread_exit,
+    .stats = slab_stats,
+    .fork_prepare = slab_fork_prepare,
+    .fork_parent = slab_fork_parent,
+    .fork_child = slab_fork_child,
+};

@@ -1,0 +1,124 @@
+/* test-preload
+ * test-matrix: designs pages
+ * test-timeout: 180
+ * malloc_return.c — memory goes back to the OS.  A child allocates ~300 MiB
+ * (150 MiB of 256-byte blocks, 100 MiB of 64 KiB blocks, 50 MiB of 5 MiB
+ * blocks), touches it, frees it all, and measures RssAnon:
+ *   trim: the default delay (1000 ms) and one malloc_trim(0), which must
+ *         return it at once (and report that it did);
+ *   wait: the default delay (1000 ms) and a little allocation activity
+ *         every 100 ms (the timed purge runs on the allocator's slow paths,
+ *         at most every 100 ms, for memory free for at least the delay): back
+ *         within 4 s;
+ *   fast: SLABKIT_RETURN_DELAY_MS=0 and the same activity: back within 1 s.
+ * In each case at least 80% of what was touched must be gone.  (A program
+ * that frees and then never calls the allocator again keeps its free memory
+ * until it does, or until malloc_trim: there is no background thread; see
+ * docs/malloc.md.) */
+#include <malloc.h>
+#include <sys/mman.h>
+#include <time.h>
+#include "malloc_test.h"
+
+#define SMALL_N  (150u * 1024 * 1024 / 256)
+#define MID_N    (100u * 1024 * 1024 / (64 * 1024))
+#define HUGE_N   10
+
+static void *(*volatile opaque_malloc)(size_t) = malloc;   /* not folded away with its free */
+
+static int child(const char *mode)
+{
+    size_t base = rss_anon();
+    void **small = mmap(NULL, SMALL_N * sizeof(void *), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *mid[MID_N], *huge[HUGE_N];
+    if (small == MAP_FAILED)
+        return 2;
+    for (unsigned i = 0; i < SMALL_N; i++) {
+        small[i] = malloc(256);
+        if (!small[i]) return 3;
+        memset(small[i], 1, 256);
+    }
+    for (unsigned i = 0; i < MID_N; i++) {
+        mid[i] = malloc(64 * 1024);
+        if (!mid[i]) return 3;
+        memset(mid[i], 2, 64 * 1024);
+    }
+    for (unsigned i = 0; i < HUGE_N; i++) {
+        huge[i] = malloc(5 << 20);
+        if (!huge[i]) return 3;
+        memset(huge[i], 3, 5 << 20);
+    }
+    size_t peak = rss_anon();
+    for (unsigned i = 0; i < SMALL_N; i++)
+        free(small[i]);
+    for (unsigned i = 0; i < MID_N; i++)
+        free(mid[i]);
+    for (unsigned i = 0; i < HUGE_N; i++)
+        free(huge[i]);
+    munmap(small, SMALL_N * sizeof(void *));
+    int trimmed = -1;
+    if (strcmp(mode, "trim") == 0) {
+        trimmed = malloc_trim(0);
+    } else {
+        /* Poll: a little allocation activity every 100 ms (the timed purge
+         * runs on the allocator's slow paths) until the memory is back. */
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double limit = strcmp(mode, "wait") == 0 ? 4.0 : 1.0, waited = 0;
+        while (waited < limit) {
+            usleep(100 * 1000);
+            for (int k = 0; k < 64; k++) {
+                void *p = opaque_malloc(200000 + k * 4096);
+                free(p);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+            if (rss_anon() < base + (peak - base) / 5)
+                break;
+        }
+        printf("%s: waited %.2f s\n", mode, waited);
+    }
+    usleep(50 * 1000);
+    size_t end = rss_anon();
+    size_t touched = peak > base ? peak - base : 0;
+    size_t kept = end > base ? end - base : 0;
+    printf("%s: RssAnon base %zu MiB, peak %zu MiB, after free %zu MiB (%.0f%% of the growth returned)%s\n",
+           mode, base >> 20, peak >> 20, end >> 20, touched ? 100.0 * (double)(touched - kept) / (double)touched : 0.0,
+           trimmed >= 0 ? (trimmed ? ", malloc_trim returned 1" : ", malloc_trim returned 0") : "");
+    fflush(stdout);
+    if (touched < ((size_t)250 << 20))
+        return 4;                              /* the test did not measure what it meant to */
+    if (kept > touched / 5)
+        return 5;
+    if (trimmed == 0)
+        return 6;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2)
+        return child(argv[1]);
+    require_slabkit();
+    const char *modes[] = { "trim", "wait", "fast" };
+    for (int k = 0; k < 3; k++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            if (strcmp(modes[k], "fast") == 0)
+                setenv("SLABKIT_RETURN_DELAY_MS", "0", 1);
+            else
+                unsetenv("SLABKIT_RETURN_DELAY_MS");
+            execl("/proc/self/exe", argv[0], modes[k], (char *)NULL);
+            _exit(127);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "%s: child exit status %d (4: did not grow, 5: kept more than 20%%, 6: malloc_trim said 0)",
+              modes[k], WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+    return test_done();
+}

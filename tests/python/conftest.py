@@ -1,0 +1,32 @@
+"""Shared pytest fixtures: the repository root, the build directory (env
+SLABKIT_BUILD, default build) and the slabkit command line; tools/ goes on
+sys.path so tests can import the Python packages directly."""
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+
+@pytest.fixture(scope="session")
+def root():
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def build():
+    b = os.environ.get("SLABKIT_BUILD", "build")
+    b = b if os.path.isabs(b) else os.path.join(ROOT, b)
+    if not os.path.isdir(b):
+        pytest.skip(f"no build directory {b} (run make)")
+    return b
+
+
+@pytest.fixture(scope="session")
+def slabkit_cli(build):
+    exe = os.path.join(build, "bin", "slabkit")
+    if not os.path.exists(exe):
+        pytest.skip(f"{exe} not built (run make)")
+    return exe

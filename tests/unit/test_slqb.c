@@ -1,0 +1,468 @@
+/* test-matrix: pages
+ * test-timeout: 120
+ * test_slqb.c — what is particular to the SLQB design: freebatch/hiwater by
+ * the Linux formulas; the LIFO is flushed by freebatch exactly when it
+ * exceeds hiwater; remote frees are gathered and handed to the owner's
+ * remote_free queue in batches of freebatch, claimed on its next allocation
+ * miss; objects outlive their allocating thread (its slabs go to the orphan
+ * list) with exact counts; kmem_reap empties the caller's queues and empty
+ * slabs go back; free pointers obfuscated, ctor'd objects never written while
+ * free; double frees (LIFO, remote list) and interior pointers abort. */
+#include <pthread.h>
+#include "../test.h"
+#include "kmem/cache.h"
+#include "kmem/slqb.h"
+#include "page/page.h"
+#include "slabkit/slabkit.h"
+
+static struct slabkit_cache_stats found;
+static bool found_ok;
+
+static void find_cb(const struct slabkit_cache_stats *st, void *arg)
+{
+    if (strcmp(st->name, (const char *)arg) == 0) {
+        found = *st;
+        found_ok = true;
+    }
+}
+
+static struct slabkit_cache_stats cache_stats(const char *name)
+{
+    found_ok = false;
+    slabkit_cache_foreach(find_cb, (void *)name);
+    REQUIRE(found_ok, "cache %s not in the statistics", name);
+    return found;
+}
+
+static uint32_t expect_freebatch(size_t size)
+{
+    size_t a = 4 * 4096 / size, b = 64 * 4096 / size;
+    if (b > 256)
+        b = 256;
+    size_t fb = a > b ? a : b;
+    return (uint32_t)(fb ? fb : 1);
+}
+
+/* --- freebatch / hiwater ---------------------------------------------------- */
+
+static void test_formulas(void)
+{
+    static const size_t sizes[] = { 8, 24, 64, 200, 512, 1000, 4096, 10000, 32768, 100000 };
+    for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+        char name[32];
+        snprintf(name, sizeof name, "slqb-f%zu", sizes[i]);
+        kmem_cache_t *cp = kmem_cache_create(name, sizes[i], 0, NULL, NULL);
+        REQUIRE(cp, "kmem_cache_create failed");
+        struct slabkit_cache_stats st = cache_stats(name);
+        CHECK(st.buffer_size >= sizes[i] && st.buffer_size % 8 == 0, "%s: buffer %zu", name, st.buffer_size);
+        uint32_t fb = expect_freebatch(st.buffer_size);
+        CHECK(st.batchcount == fb, "%s: batchcount %u, expected freebatch %u", name, st.batchcount, fb);
+        CHECK(st.limit == 4 * fb, "%s: limit %u, expected hiwater %u", name, st.limit, 4 * fb);
+        CHECK(st.objs_per_slab >= 1 && st.objs_per_slab * st.buffer_size <= st.pages_per_slab * 4096,
+              "%s: %lu objects of %zu in %lu pages", name, (unsigned long)st.objs_per_slab,
+              st.buffer_size, (unsigned long)st.pages_per_slab);
+        kmem_cache_destroy(cp);
+    }
+    /* Known values (size = buffer size, no ctor). */
+    kmem_cache_t *a = kmem_cache_create("slqb-k64", 64, 0, NULL, NULL);
+    kmem_cache_t *b = kmem_cache_create("slqb-k4096", 4096, 0, NULL, NULL);
+    kmem_cache_t *c = kmem_cache_create("slqb-k8", 8, 0, NULL, NULL);
+    struct slabkit_cache_stats s64 = cache_stats("slqb-k64"), s4k = cache_stats("slqb-k4096"),
+                               s8 = cache_stats("slqb-k8");
+    CHECK(s64.batchcount == 256 && s64.limit == 1024, "64 B: %u/%u", s64.batchcount, s64.limit);
+    CHECK(s4k.batchcount == 64 && s4k.limit == 256, "4 KiB: %u/%u", s4k.batchcount, s4k.limit);
+    CHECK(s8.batchcount == 2048 && s8.limit == 8192, "8 B: %u/%u", s8.batchcount, s8.limit);
+    kmem_cache_destroy(a);
+    kmem_cache_destroy(b);
+    kmem_cache_destroy(c);
+}
+
+/* --- flush at hiwater --------------------------------------------------------- */
+
+static void test_flush_at_hiwater(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slqb-flush", 256, 0, NULL, NULL);
+    REQUIRE(cp, "kmem_cache_create failed");
+    struct slqb_probe p;
+    slqb_probe(cp, true, &p);
+    const uint32_t fb = p.freebatch, hw = p.hiwater;
+    CHECK(fb == 256 && hw == 1024, "256 B: freebatch %u hiwater %u", fb, hw);
+    size_t n = hw + 1;
+    void **objs = calloc(n, sizeof *objs);
+    for (size_t i = 0; i < n; i++) {
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        REQUIRE(objs[i], "allocation failed");
+    }
+    struct slabkit_cache_stats st = cache_stats("slqb-flush");
+    CHECK(st.cached_objs == 0 && st.active_objs == n, "cached %lu active %lu",
+          (unsigned long)st.cached_objs, (unsigned long)st.active_objs);
+    uint64_t flushes0 = p.flushes;
+    for (size_t i = 0; i < hw; i++)
+        kmem_cache_free(cp, objs[i]);
+    st = cache_stats("slqb-flush");
+    slqb_probe(cp, true, &p);
+    CHECK(st.cached_objs == hw, "after hiwater frees: cached %lu, expected %u", (unsigned long)st.cached_objs, hw);
+    CHECK(p.lifo == hw && p.flushes == flushes0, "lifo %lu flushes %lu", (unsigned long)p.lifo,
+          (unsigned long)p.flushes);
+    kmem_cache_free(cp, objs[hw]);        /* LIFO exceeds hiwater: one flush of freebatch */
+    st = cache_stats("slqb-flush");
+    slqb_probe(cp, true, &p);
+    CHECK(st.cached_objs == hw + 1 - fb, "after one more: cached %lu, expected %u",
+          (unsigned long)st.cached_objs, hw + 1 - fb);
+    CHECK(p.flushes == flushes0 + 1, "flushes %lu", (unsigned long)p.flushes);
+    CHECK(st.active_objs == 0 && st.allocs == n && st.frees == n, "active %lu allocs %lu frees %lu",
+          (unsigned long)st.active_objs, (unsigned long)st.allocs, (unsigned long)st.frees);
+    /* The LIFO serves the next allocations without touching slabs. */
+    uint64_t slabs = st.num_slabs;
+    for (size_t i = 0; i < hw + 1 - fb; i++)
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+    st = cache_stats("slqb-flush");
+    CHECK(st.cached_objs == 0 && st.num_slabs == slabs, "cached %lu slabs %lu->%lu",
+          (unsigned long)st.cached_objs, (unsigned long)slabs, (unsigned long)st.num_slabs);
+    for (size_t i = 0; i < hw + 1 - fb; i++)
+        kmem_cache_free(cp, objs[i]);
+    free(objs);
+    kmem_cache_destroy(cp);
+}
+
+/* --- remote frees in batches ------------------------------------------------- */
+
+struct remote_ctx {
+    kmem_cache_t *cp;
+    void **objs;
+    size_t n;
+    pthread_barrier_t bar;
+    void *claimed;
+    struct slqb_probe after_claim;
+};
+
+static void *remote_owner(void *arg)
+{
+    struct remote_ctx *x = arg;
+    for (size_t i = 0; i < x->n; i++)
+        x->objs[i] = kmem_cache_alloc(x->cp, KM_SLEEP);
+    pthread_barrier_wait(&x->bar);       /* 1: objects published */
+    pthread_barrier_wait(&x->bar);       /* 2: main has freed some */
+    x->claimed = kmem_cache_alloc(x->cp, KM_SLEEP);   /* LIFO empty: a miss, claims */
+    slqb_probe(x->cp, true, &x->after_claim);
+    pthread_barrier_wait(&x->bar);       /* 3: main checks */
+    kmem_cache_free(x->cp, x->claimed);
+    return NULL;                         /* exits with main's rlist still naming it */
+}
+
+static void test_remote_batches(void)
+{
+    struct remote_ctx x = { .cp = kmem_cache_create("slqb-remote", 512, 0, NULL, NULL) };
+    REQUIRE(x.cp, "kmem_cache_create failed");
+    struct slqb_probe p;
+    slqb_probe(x.cp, false, &p);
+    const uint32_t fb = p.freebatch;
+    x.n = 3 * (size_t)fb;
+    x.objs = calloc(x.n, sizeof *x.objs);
+    pthread_barrier_init(&x.bar, NULL, 2);
+    pthread_t t;
+    pthread_create(&t, NULL, remote_owner, &x);
+    pthread_barrier_wait(&x.bar);        /* 1 */
+    for (size_t i = 0; i < fb - 1; i++)
+        kmem_cache_free(x.cp, x.objs[i]);
+    slqb_probe(x.cp, false, &p);
+    CHECK(p.rlist == fb - 1 && p.remote_queued == 0 && p.remote_batches == 0,
+          "before the batch fills: rlist %lu queued %lu batches %lu", (unsigned long)p.rlist,
+          (unsigned long)p.remote_queued, (unsigned long)p.remote_batches);
+    kmem_cache_free(x.cp, x.objs[fb - 1]);
+    slqb_probe(x.cp, false, &p);
+    CHECK(p.rlist == 0 && p.remote_queued == fb && p.remote_batches == 1,
+          "at freebatch: rlist %lu queued %lu batches %lu", (unsigned long)p.rlist,
+          (unsigned long)p.remote_queued, (unsigned long)p.remote_batches);
+    for (size_t i = fb; i < 2 * (size_t)fb - 1; i++)
+        kmem_cache_free(x.cp, x.objs[i]);
+    slqb_probe(x.cp, false, &p);
+    CHECK(p.rlist == fb - 1 && p.remote_queued == fb && p.remote_batches == 1,
+          "second batch filling: rlist %lu queued %lu batches %lu", (unsigned long)p.rlist,
+          (unsigned long)p.remote_queued, (unsigned long)p.remote_batches);
+    struct slabkit_cache_stats st = cache_stats("slqb-remote");
+    CHECK(st.cached_objs == 2 * (uint64_t)fb - 1 && st.active_objs == x.n - (2 * (size_t)fb - 1),
+          "cached %lu active %lu", (unsigned long)st.cached_objs, (unsigned long)st.active_objs);
+    pthread_barrier_wait(&x.bar);        /* 2: the owner allocates */
+    pthread_barrier_wait(&x.bar);        /* 3 */
+    CHECK(x.after_claim.remote_queued == 0 && x.after_claim.lifo == fb - 1 && x.after_claim.claims == 1,
+          "owner after its miss: queued %lu lifo %lu claims %lu", (unsigned long)x.after_claim.remote_queued,
+          (unsigned long)x.after_claim.lifo, (unsigned long)x.after_claim.claims);
+    bool from_batch = false;
+    for (size_t i = 0; i < fb; i++)
+        from_batch |= x.claimed == x.objs[i];
+    CHECK(from_batch, "the claimed allocation is not one of the handed-over objects");
+    pthread_join(t, NULL);
+    /* The owner is gone; main's rlist (fb-1 objects) still names its list. */
+    slqb_probe(x.cp, false, &p);
+    CHECK(p.dead_lists == 1 && p.rlist == fb - 1, "dead %lu rlist %lu", (unsigned long)p.dead_lists,
+          (unsigned long)p.rlist);
+    for (size_t i = 2 * (size_t)fb - 1; i < x.n; i++)
+        kmem_cache_free(x.cp, x.objs[i]);
+    kmem_reap();                         /* flushes main's queues: re-routed to the orphan slabs */
+    st = cache_stats("slqb-remote");
+    CHECK(st.active_objs == 0 && st.cached_objs == 0 && st.num_slabs == 0,
+          "after reap: active %lu cached %lu slabs %lu", (unsigned long)st.active_objs,
+          (unsigned long)st.cached_objs, (unsigned long)st.num_slabs);
+    CHECK(st.allocs == x.n + 1 && st.frees == x.n + 1, "allocs %lu frees %lu", (unsigned long)st.allocs,
+          (unsigned long)st.frees);
+    pthread_barrier_destroy(&x.bar);
+    free(x.objs);
+    kmem_cache_destroy(x.cp);
+}
+
+/* --- objects survive thread exit --------------------------------------------- */
+
+#define EXIT_N 5000
+#define EXIT_KEPT 300
+static unsigned long ctor_calls, dtor_calls;
+
+static void pattern_ctor(void *p, size_t size)
+{
+    memset(p, 0x5a, size);
+    __atomic_fetch_add(&ctor_calls, 1, __ATOMIC_RELAXED);
+}
+
+static void pattern_dtor(void *p, size_t size)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < size; i++)
+        if (b[i] != 0x5a) {
+            fprintf(stderr, "dtor: object %p byte %zu is %#x\n", p, i, b[i]);
+            abort();
+        }
+    __atomic_fetch_add(&dtor_calls, 1, __ATOMIC_RELAXED);
+}
+
+struct exit_ctx { kmem_cache_t *cp; unsigned char **objs; };
+
+static void *exit_worker(void *arg)
+{
+    struct exit_ctx *x = arg;
+    for (size_t i = 0; i < EXIT_N; i++) {
+        x->objs[i] = kmem_cache_alloc(x->cp, KM_SLEEP);
+        x->objs[i][0] = (unsigned char)i;          /* in use: mark it */
+    }
+    for (size_t i = 0; i < EXIT_KEPT; i++) {       /* some go back, to this thread's LIFO */
+        x->objs[i][0] = 0x5a;
+        kmem_cache_free(x->cp, x->objs[i]);
+        x->objs[i] = NULL;
+    }
+    return NULL;
+}
+
+static void test_thread_exit(void)
+{
+    struct exit_ctx x = { kmem_cache_create("slqb-exit", 100, 0, pattern_ctor, pattern_dtor),
+                          calloc(EXIT_N, sizeof(unsigned char *)) };
+    REQUIRE(x.cp, "kmem_cache_create failed");
+    pthread_t t;
+    pthread_create(&t, NULL, exit_worker, &x);
+    pthread_join(t, NULL);
+    struct slabkit_cache_stats st = cache_stats("slqb-exit");
+    CHECK(st.active_objs == EXIT_N - EXIT_KEPT, "active %lu", (unsigned long)st.active_objs);
+    CHECK(st.cached_objs == 0, "the exited thread's queues still hold %lu", (unsigned long)st.cached_objs);
+    CHECK(st.allocs == EXIT_N && st.frees == EXIT_KEPT, "allocs %lu frees %lu", (unsigned long)st.allocs,
+          (unsigned long)st.frees);
+    struct slqb_probe p;
+    slqb_probe(x.cp, false, &p);
+    CHECK(p.orphan_slabs == st.num_slabs && p.dead_lists == 1, "orphans %lu of %lu slabs, dead lists %lu",
+          (unsigned long)p.orphan_slabs, (unsigned long)st.num_slabs, (unsigned long)p.dead_lists);
+    unsigned bad = 0;
+    for (size_t i = EXIT_KEPT; i < EXIT_N; i++) {
+        bad += x.objs[i][0] != (unsigned char)i || x.objs[i][99] != 0x5a;
+        x.objs[i][0] = 0x5a;
+        kmem_cache_free(x.cp, x.objs[i]);
+    }
+    CHECK(bad == 0, "%u objects changed while their thread exited", bad);
+    st = cache_stats("slqb-exit");
+    CHECK(st.active_objs == 0 && st.num_slabs == 0 && st.cached_objs == 0,
+          "after freeing orphans: active %lu slabs %lu cached %lu", (unsigned long)st.active_objs,
+          (unsigned long)st.num_slabs, (unsigned long)st.cached_objs);
+    CHECK(ctor_calls == dtor_calls && ctor_calls >= EXIT_N, "ctor %lu dtor %lu", ctor_calls, dtor_calls);
+    /* A new thread adopts the dead list. */
+    pthread_create(&t, NULL, exit_worker, &x);
+    pthread_join(t, NULL);
+    slqb_probe(x.cp, false, &p);
+    CHECK(p.lists == 2 && p.dead_lists == 1, "lists %lu dead %lu (a dead list should be reused)",
+          (unsigned long)p.lists, (unsigned long)p.dead_lists);
+    for (size_t i = EXIT_KEPT; i < EXIT_N; i++) {
+        x.objs[i][0] = 0x5a;
+        kmem_cache_free(x.cp, x.objs[i]);
+    }
+    kmem_reap();
+    st = cache_stats("slqb-exit");
+    CHECK(st.active_objs == 0 && st.num_slabs == 0, "active %lu slabs %lu", (unsigned long)st.active_objs,
+          (unsigned long)st.num_slabs);
+    kmem_cache_destroy(x.cp);
+    CHECK(ctor_calls == dtor_calls, "after destroy: ctor %lu dtor %lu", ctor_calls, dtor_calls);
+    free(x.objs);
+}
+
+/* --- reap, layout, obfuscation, constructed objects --------------------------- */
+
+static void test_reap(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slqb-reap", 128, 0, NULL, NULL);
+    void *objs[3000];
+    for (size_t i = 0; i < ARRAY_SIZE(objs); i++)
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+    for (size_t i = 0; i < ARRAY_SIZE(objs); i++)
+        kmem_cache_free(cp, objs[i]);
+    struct slabkit_cache_stats st = cache_stats("slqb-reap");
+    CHECK(st.cached_objs > 0 && st.cached_objs <= st.limit && st.num_slabs > 0, "cached %lu limit %u slabs %lu",
+          (unsigned long)st.cached_objs, st.limit, (unsigned long)st.num_slabs);
+    CHECK(st.active_slabs == 0 && st.active_objs == 0, "active slabs %lu", (unsigned long)st.active_slabs);
+    size_t bytes = kmem_reap();
+    st = cache_stats("slqb-reap");
+    CHECK(st.cached_objs == 0 && st.num_slabs == 0, "after reap: cached %lu slabs %lu",
+          (unsigned long)st.cached_objs, (unsigned long)st.num_slabs);
+    CHECK(bytes > 0, "kmem_reap released nothing");
+    kmem_cache_destroy(cp);
+}
+
+static void test_layout(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slqb-align", 100, 64, NULL, NULL);
+    void *o[200];
+    for (int i = 0; i < 200; i++) {
+        o[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        CHECK(((uintptr_t)o[i] & 63) == 0, "object %p not 64-aligned", o[i]);
+        memset(o[i], i, 100);
+    }
+    for (int i = 0; i < 200; i++)
+        for (int j = i + 1; j < 200; j++)
+            CHECK((char *)o[i] + 100 <= (char *)o[j] || (char *)o[j] + 100 <= (char *)o[i], "overlap");
+    for (int i = 0; i < 200; i++) {
+        const unsigned char *b = o[i];
+        CHECK(b[0] == (unsigned char)i && b[99] == (unsigned char)i, "contents of %d", i);
+        kmem_cache_free(cp, o[i]);
+    }
+    kmem_reap();
+    kmem_cache_destroy(cp);
+
+    /* Free pointers: obfuscated, inside the object only without a ctor. */
+    cp = kmem_cache_create("slqb-obf", 64, 0, NULL, NULL);
+    unsigned char *a = kmem_cache_alloc(cp, KM_SLEEP), *b = kmem_cache_alloc(cp, KM_SLEEP);
+    memset(a, 0xab, 64);
+    memset(b, 0xab, 64);
+    kmem_cache_free(cp, a);
+    kmem_cache_free(cp, b);                /* b's link names a */
+    unsigned changed = 0;
+    uintptr_t w = 0;
+    for (unsigned off = 0; off < 64; off += 8) {
+        uint64_t v;
+        memcpy(&v, b + off, 8);
+        if (v != 0xababababababababull) {
+            changed++;
+            w = (uintptr_t)v;
+        }
+    }
+    CHECK(changed == 1, "free wrote %u words", changed);
+    CHECK(w != (uintptr_t)a && w != 0, "the free pointer is stored in the clear");
+    void *x = kmem_cache_alloc(cp, KM_SLEEP), *y = kmem_cache_alloc(cp, KM_SLEEP);
+    CHECK(x == b && y == a, "LIFO order: got %p %p, expected %p %p", x, y, (void *)b, (void *)a);
+    kmem_cache_free(cp, x);
+    kmem_cache_free(cp, y);
+    kmem_reap();
+    kmem_cache_destroy(cp);
+
+    /* With a ctor the object's bytes are never written while it is cached. */
+    ctor_calls = dtor_calls = 0;
+    cp = kmem_cache_create("slqb-ctor", 100, 0, pattern_ctor, pattern_dtor);
+    void *c[2000];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 2000; i++) {
+            c[i] = kmem_cache_alloc(cp, KM_SLEEP);
+            const unsigned char *p = c[i];
+            bool ok = true;
+            for (int k = 0; k < 100; k++)
+                ok &= p[k] == 0x5a;
+            CHECK(ok, "object %p not in its constructed state", c[i]);
+        }
+        for (int i = 0; i < 2000; i++)
+            kmem_cache_free(cp, c[i]);
+    }
+    kmem_reap();
+    kmem_cache_destroy(cp);
+    CHECK(ctor_calls == dtor_calls && ctor_calls >= 2000, "ctor %lu dtor %lu", ctor_calls, dtor_calls);
+}
+
+/* --- bug classes ---------------------------------------------------------------- */
+
+static void child_double_free(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slqb-df", 48, 0, NULL, NULL);
+    void *p = kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_free(cp, p);
+    kmem_cache_free(cp, p);
+}
+
+static void child_interior(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slqb-int", 48, 0, NULL, NULL);
+    char *p = kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_free(cp, p + 16);
+}
+
+static void child_tail(void *arg)
+{
+    /* 48-byte buffers in one page: 85 objects, the last 16 bytes hold none. */
+    kmem_cache_t *cp = kmem_cache_create("slqb-tail", 48, 0, NULL, NULL);
+    char *p = kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_free(cp, (char *)page_address(page_desc_of(p)->head) + 85 * 48);
+}
+
+struct rdf { pthread_barrier_t bar; kmem_cache_t *cp; void *obj; };
+
+static void *rdf_owner(void *arg)
+{
+    struct rdf *s = arg;
+    s->obj = kmem_cache_alloc(s->cp, KM_SLEEP);
+    pthread_barrier_wait(&s->bar);
+    pthread_barrier_wait(&s->bar);       /* never reached: the parent aborts */
+    return NULL;
+}
+
+static void child_remote_double_free(void *arg)
+{
+    static struct rdf s;
+    pthread_barrier_init(&s.bar, NULL, 2);
+    s.cp = kmem_cache_create("slqb-rdf", 48, 0, NULL, NULL);
+    pthread_t t;
+    pthread_create(&t, NULL, rdf_owner, &s);
+    pthread_barrier_wait(&s.bar);
+    kmem_cache_free(s.cp, s.obj);        /* another thread's slab: onto this thread's rlist */
+    kmem_cache_free(s.cp, s.obj);
+}
+
+static void test_bugs(void)
+{
+    struct child_result r;
+    run_in_child(child_double_free, NULL, &r);
+    CHECK(child_aborted(&r) && strstr(r.err, "double free") && strstr(r.err, "slqb-df"),
+          "double free: status %d, stderr: %s", r.status, r.err);
+    run_in_child(child_interior, NULL, &r);
+    CHECK(child_aborted(&r) && strstr(r.err, "not the start of") && strstr(r.err, "slqb-int"),
+          "interior pointer: status %d, stderr: %s", r.status, r.err);
+    run_in_child(child_tail, NULL, &r);
+    CHECK(child_aborted(&r) && strstr(r.err, "not the start of"), "slab tail: status %d, stderr: %s",
+          r.status, r.err);
+    run_in_child(child_remote_double_free, NULL, &r);
+    CHECK(child_aborted(&r) && strstr(r.err, "double free") && strstr(r.err, "remote"),
+          "remote double free: status %d, stderr: %s", r.status, r.err);
+}
+
+int main(void)
+{
+    setenv("SLABKIT_DESIGN", "slqb", 1);
+    REQUIRE(strcmp(slabkit_design(), "slqb") == 0, "design is %s", slabkit_design());
+    test_formulas();
+    test_flush_at_hiwater();
+    test_remote_batches();
+    test_thread_exit();
+    test_reap();
+    test_layout();
+    test_bugs();
+    return test_done();
+}

@@ -1,0 +1,413 @@
+/* test-matrix: pages
+ * test-timeout: 120
+ * test_slub.c — what is particular to the SLUB design: slabs emptied beyond
+ * min_partial go back to the page layer (and kmem_reap gives back the rest);
+ * remote frees into another thread's active slab come back to its owner, and
+ * statistics are exact once the threads have exited; free pointers are stored
+ * obfuscated at mid-object; with a constructor the object's bytes are never
+ * touched while free; immediate double frees and interior pointers (fast and
+ * slow paths, slab tail) are reported and abort. */
+#include <pthread.h>
+#include "../test.h"
+#include "kmem/cache.h"
+#include "page/page.h"
+#include "slabkit/slabkit.h"
+
+static struct slabkit_cache_stats found;
+static bool found_ok;
+
+static void find_cb(const struct slabkit_cache_stats *st, void *arg)
+{
+    if (strcmp(st->name, (const char *)arg) == 0) {
+        found = *st;
+        found_ok = true;
+    }
+}
+
+static struct slabkit_cache_stats cache_stats(const char *name)
+{
+    found_ok = false;
+    slabkit_cache_foreach(find_cb, (void *)name);
+    REQUIRE(found_ok, "cache %s not in the statistics", name);
+    return found;
+}
+
+/* --- free pointer obfuscation ---------------------------------------------- */
+
+static void test_obfuscation(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slub-obf", 64, 0, NULL, NULL);
+    REQUIRE(cp);
+    unsigned char *a = kmem_cache_alloc(cp, KM_SLEEP);
+    unsigned char *b = kmem_cache_alloc(cp, KM_SLEEP);
+    REQUIRE(a && b);
+    memset(a, 0xab, 64);
+    memset(b, 0xab, 64);
+    kmem_cache_free(cp, a);
+    kmem_cache_free(cp, b);          /* b's free pointer now names a */
+    unsigned changed = 0, at = 0;
+    for (unsigned off = 0; off < 64; off += 8) {
+        uint64_t w;
+        memcpy(&w, b + off, 8);
+        if (w != 0xababababababababull) {
+            changed++;
+            at = off;
+        }
+    }
+    CHECK(changed == 1, "freeing wrote %u words of the object, expected one free pointer", changed);
+    CHECK(at == 32, "free pointer at offset %u, expected mid-object (32)", at);
+    uintptr_t w;
+    memcpy(&w, b + at, 8);
+    struct page_desc *d = page_desc_of((void *)w);
+    CHECK(w != 0 && w != (uintptr_t)a, "the free pointer is stored in the clear");
+    CHECK(!(d && d->kind == PAGE_SLAB && d->cache == cp), "the stored word points into the cache's slabs");
+    CHECK(freeptr_decode(cp, w, b + at) == a, "the word does not decode to the next free object");
+    /* LIFO: the next allocations are b then a. */
+    void *x = kmem_cache_alloc(cp, KM_SLEEP), *y = kmem_cache_alloc(cp, KM_SLEEP);
+    CHECK(x == b && y == a, "free list order: got %p %p, expected %p %p", x, y, (void *)b, (void *)a);
+    kmem_cache_free(cp, x);
+    kmem_cache_free(cp, y);
+    kmem_cache_destroy(cp);
+}
+
+/* --- constructed objects are never touched while free ---------------------- */
+
+#define CTOR_SIZE 40
+static unsigned long ctor_calls, dtor_calls;
+
+static void ctor40(void *buf, size_t size)
+{
+    __atomic_fetch_add(&ctor_calls, 1, __ATOMIC_RELAXED);
+    memset(buf, 0x5c, size);
+}
+
+static void dtor40(void *buf, size_t size)
+{
+    __atomic_fetch_add(&dtor_calls, 1, __ATOMIC_RELAXED);
+    const unsigned char *p = buf;
+    for (size_t i = 0; i < size; i++)
+        if (p[i] != 0x5c) {
+            fprintf(stderr, "dtor: object %p byte %zu is %#x\n", buf, i, p[i]);
+            abort();
+        }
+}
+
+static bool constructed(const void *buf)
+{
+    const unsigned char *p = buf;
+    for (size_t i = 0; i < CTOR_SIZE; i++)
+        if (p[i] != 0x5c)
+            return false;
+    return true;
+}
+
+static void test_ctor(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slub-ctor", CTOR_SIZE, 0, ctor40, dtor40);
+    REQUIRE(cp);
+    enum { N = 300 };               /* several slabs */
+    static void *objs[N];
+    unsigned bad = 0;
+    for (int i = 0; i < N; i++) {
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        bad += !constructed(objs[i]);
+    }
+    CHECK(bad == 0, "%u objects came back not constructed", bad);
+    struct slabkit_cache_stats st = cache_stats("slub-ctor");
+    CHECK(st.buffer_size >= 48, "buffer size %zu leaves no room for the free pointer after the object",
+          st.buffer_size);
+    CHECK(ctor_calls == st.num_objs, "ctor ran %lu times for %lu objects", ctor_calls,
+          (unsigned long)st.num_objs);
+    for (int i = 0; i < N; i++)
+        kmem_cache_free(cp, objs[i]);
+    /* Objects still in slabs we hold (the thread's active and partial ones)
+     * can be read: their bytes must be the constructed state. */
+    bad = 0;
+    for (int i = N - 20; i < N; i++)
+        bad += !constructed(objs[i]);
+    CHECK(bad == 0, "%u free objects were written into", bad);
+    bad = 0;
+    for (int i = 0; i < N; i++) {
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        bad += !constructed(objs[i]);
+    }
+    CHECK(bad == 0, "%u reused objects not in their constructed state", bad);
+    for (int i = 0; i < N; i++)
+        kmem_cache_free(cp, objs[i]);
+    unsigned long made = ctor_calls;
+    kmem_cache_destroy(cp);
+    CHECK(dtor_calls == made, "destructor ran %lu times for %lu constructed objects", dtor_calls, made);
+}
+
+/* --- emptied slabs go back beyond min_partial ---------------------------------- */
+
+#define MASS 3200                   /* 200 slabs of 16 objects of 256 bytes */
+static kmem_cache_t *mass_cp;
+
+static void *mass_worker(void *arg)
+{
+    static void *objs[MASS];
+    for (int i = 0; i < MASS; i++) {
+        objs[i] = kmem_cache_alloc(mass_cp, KM_SLEEP);
+        memset(objs[i], i & 0xff, 256);
+    }
+    struct slabkit_cache_stats st = cache_stats("slub-mass");
+    CHECK(st.active_objs == MASS, "active %lu, expected %d", (unsigned long)st.active_objs, MASS);
+    CHECK(st.num_slabs * st.objs_per_slab == st.num_objs, "num_objs %lu != %lu slabs * %lu",
+          (unsigned long)st.num_objs, (unsigned long)st.num_slabs, (unsigned long)st.objs_per_slab);
+    CHECK(st.num_slabs >= MASS / st.objs_per_slab, "%lu slabs hold %d objects",
+          (unsigned long)st.num_slabs, MASS);
+    *(uint64_t *)arg = st.num_slabs;
+    for (int i = 0; i < MASS; i++) {
+        unsigned char *p = objs[i];
+        if (p[0] != (i & 0xff) || p[255] != (i & 0xff))
+            CHECK(false, "object %d corrupted", i);
+        kmem_cache_free(mass_cp, objs[i]);
+    }
+    st = cache_stats("slub-mass");
+    /* Kept: min_partial on the node, the thread's active slab and its cpu
+     * partial list (bounded by limit objects = 2*limit/objs_per_slab slabs). */
+    uint64_t bound = 10 + 1 + (2 * st.limit + st.objs_per_slab - 1) / st.objs_per_slab;
+    CHECK(st.num_slabs <= bound, "after freeing everything %lu slabs are still held (bound %lu)",
+          (unsigned long)st.num_slabs, (unsigned long)bound);
+    CHECK(st.active_objs == 0, "active %lu after freeing all", (unsigned long)st.active_objs);
+    return NULL;
+}
+
+static void test_min_partial(void)
+{
+    mass_cp = kmem_cache_create("slub-mass", 256, 0, NULL, NULL);
+    REQUIRE(mass_cp);
+    uint64_t peak = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, mass_worker, &peak);
+    pthread_join(t, NULL);
+    struct slabkit_cache_stats st = cache_stats("slub-mass");
+    /* min_partial = clamp(ilog2(256) / 2, 5, 10) = 5 (Linux). */
+    CHECK(peak >= 200, "peak %lu slabs", (unsigned long)peak);
+    CHECK(st.num_slabs <= 5 && st.num_slabs >= 1, "after the thread exited %lu slabs are held, expected 1..5 (min_partial)",
+          (unsigned long)st.num_slabs);
+    CHECK(st.active_objs == 0 && st.active_slabs == 0 && st.cached_objs == 0,
+          "active %lu, active slabs %lu, cached %lu", (unsigned long)st.active_objs,
+          (unsigned long)st.active_slabs, (unsigned long)st.cached_objs);
+    CHECK(st.allocs == MASS && st.frees == MASS, "allocs %lu frees %lu", (unsigned long)st.allocs,
+          (unsigned long)st.frees);
+    size_t got = kmem_reap();
+    CHECK(got >= st.num_slabs * st.pages_per_slab * 4096, "kmem_reap gave back %zu bytes", got);
+    st = cache_stats("slub-mass");
+    CHECK(st.num_slabs == 0, "after kmem_reap %lu slabs are held", (unsigned long)st.num_slabs);
+    kmem_cache_destroy(mass_cp);
+}
+
+/* --- remote frees ------------------------------------------------------------ */
+
+#define REMOTE_SIZE 128
+static kmem_cache_t *remote_cp;
+static void *handed[4096];
+static int handed_n;
+static pthread_mutex_t hm = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hc = PTHREAD_COND_INITIALIZER;
+static int phase;                   /* 1: A handed objects over; 2: B freed them; 3: done */
+
+static void wait_phase(int p)
+{
+    pthread_mutex_lock(&hm);
+    while (phase < p)
+        pthread_cond_wait(&hc, &hm);
+    pthread_mutex_unlock(&hm);
+}
+
+static void set_phase(int p)
+{
+    pthread_mutex_lock(&hm);
+    phase = p;
+    pthread_cond_broadcast(&hc);
+    pthread_mutex_unlock(&hm);
+}
+
+static void *remote_a(void *arg)
+{
+    (void)arg;
+    /* A fresh cache: A's first slab; 10 objects go to B, the rest of the
+     * slab stays on A's private list. */
+    struct slabkit_cache_stats st0 = cache_stats("slub-remote");
+    unsigned per = (unsigned)st0.objs_per_slab;
+    REQUIRE(per > 12 && per < 4096);
+    void *first[4096];
+    for (int i = 0; i < 10; i++)
+        first[i] = handed[i] = kmem_cache_alloc(remote_cp, KM_SLEEP);
+    handed_n = 10;
+    set_phase(1);
+    wait_phase(2);
+    /* The rest of the private list, then the 10 B freed into A's active slab. */
+    void *rest[4096];
+    for (unsigned i = 0; i < per - 10; i++)
+        rest[i] = kmem_cache_alloc(remote_cp, KM_SLEEP);
+    unsigned back = 0;
+    void *again[10];
+    for (int i = 0; i < 10; i++) {
+        again[i] = kmem_cache_alloc(remote_cp, KM_SLEEP);
+        for (int j = 0; j < 10; j++)
+            back += again[i] == first[j];
+    }
+    CHECK(back == 10, "%u of the 10 remotely freed objects came back to their slab's owner", back);
+    struct slabkit_cache_stats st = cache_stats("slub-remote");
+    CHECK(st.num_slabs == 1, "%lu slabs: the remote frees did not refill the active slab",
+          (unsigned long)st.num_slabs);
+    for (unsigned i = 0; i < per - 10; i++)
+        kmem_cache_free(remote_cp, rest[i]);
+    /* Many objects for B: every one freed remotely into slabs A no longer holds. */
+    for (int i = 0; i < 10; i++)
+        handed[i] = again[i];
+    for (int i = 10; i < 4096; i++) {
+        handed[i] = kmem_cache_alloc(remote_cp, KM_SLEEP);
+        memset(handed[i], 0x77, REMOTE_SIZE);
+    }
+    handed_n = 4096;
+    set_phase(3);
+    return NULL;
+}
+
+static void *remote_b(void *arg)
+{
+    (void)arg;
+    wait_phase(1);
+    for (int i = 0; i < handed_n; i++)
+        kmem_cache_free(remote_cp, handed[i]);
+    set_phase(2);
+    wait_phase(3);
+    for (int i = 0; i < handed_n; i++)
+        kmem_cache_free(remote_cp, handed[i]);
+    return NULL;
+}
+
+static void test_remote(void)
+{
+    remote_cp = kmem_cache_create("slub-remote", REMOTE_SIZE, 0, NULL, NULL);
+    REQUIRE(remote_cp);
+    pthread_t a, b;
+    pthread_create(&b, NULL, remote_b, NULL);
+    pthread_create(&a, NULL, remote_a, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    struct slabkit_cache_stats st = cache_stats("slub-remote");
+    unsigned long want = 10 + (st.objs_per_slab - 10) + 10 + 4086;
+    CHECK(st.allocs == want && st.frees == want, "allocs %lu frees %lu, expected %lu each",
+          (unsigned long)st.allocs, (unsigned long)st.frees, want);
+    CHECK(st.active_objs == 0 && st.cached_objs == 0 && st.active_slabs == 0,
+          "active %lu cached %lu active slabs %lu", (unsigned long)st.active_objs,
+          (unsigned long)st.cached_objs, (unsigned long)st.active_slabs);
+    CHECK(st.num_slabs <= 6, "%lu empty slabs kept (min_partial for 128 bytes is 5)",
+          (unsigned long)st.num_slabs);
+    CHECK(st.num_objs == st.num_slabs * st.objs_per_slab, "num_objs %lu", (unsigned long)st.num_objs);
+    kmem_cache_destroy(remote_cp);
+}
+
+/* --- large objects, alignment, destroy with live objects ------------------------- */
+
+static void test_layouts(void)
+{
+    static const size_t sizes[] = { 1, 7, 24, 100, 1000, 3000, 4096, 9000, 40000, 100000, 262144 };
+    for (size_t i = 0; i < ARRAY_SIZE(sizes); i++)
+        for (size_t align = 8; align <= 4096; align *= 8) {
+            kmem_cache_t *cp = kmem_cache_create("slub-layout", sizes[i], align, NULL, NULL);
+            REQUIRE(cp, "size %zu align %zu", sizes[i], align);
+            void *p[20];
+            for (int k = 0; k < 20; k++) {
+                p[k] = kmem_cache_alloc(cp, KM_SLEEP);
+                CHECK(((uintptr_t)p[k] & (align - 1)) == 0, "size %zu: %p not %zu-aligned", sizes[i], p[k], align);
+                memset(p[k], k, sizes[i]);
+            }
+            for (int k = 0; k < 20; k++) {
+                unsigned char *c = p[k];
+                CHECK(c[0] == k && c[sizes[i] - 1] == k, "size %zu object %d overwritten", sizes[i], k);
+                kmem_cache_free(cp, p[k]);
+            }
+            kmem_cache_destroy(cp);
+        }
+}
+
+/* --- bug classes in children ----------------------------------------------------- */
+
+static void bug_double_free_fast(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slub-bug", 64, 0, NULL, NULL);
+    void *p = kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_free(cp, p);
+    kmem_cache_free(cp, p);
+}
+
+/* A slab the thread no longer holds as active: the remote (CAS) path. */
+static void bug_double_free_slow(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slub-bug", 64, 0, NULL, NULL);
+    void *first = kmem_cache_alloc(cp, KM_SLEEP);
+    for (int i = 0; i < 200; i++)
+        kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_free(cp, first);
+    kmem_cache_free(cp, first);
+}
+
+static void bug_interior_fast(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slub-bug", 64, 0, NULL, NULL);
+    char *p = kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_free(cp, p + 8);
+}
+
+static void bug_interior_slow(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slub-bug", 64, 0, NULL, NULL);
+    char *first = kmem_cache_alloc(cp, KM_SLEEP);
+    for (int i = 0; i < 200; i++)
+        kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_free(cp, first + 24);
+}
+
+/* 24-byte objects: 170 in a page, 16 bytes left over at the end. */
+static void bug_slab_tail(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slub-bug", 24, 0, NULL, NULL);
+    char *first = kmem_cache_alloc(cp, KM_SLEEP);
+    REQUIRE(((uintptr_t)first & 4095) == 0, "first object %p is not at the slab start", (void *)first);
+    kmem_cache_free(cp, first + 170 * 24);
+}
+
+static void bug_destroy_live(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slub-bug", 64, 0, NULL, NULL);
+    for (int i = 0; i < 3; i++)
+        kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_destroy(cp);
+}
+
+static void expect_report(void (*fn)(void *), const char *label, const char *text)
+{
+    static struct child_result r;
+    run_in_child(fn, NULL, &r);
+    CHECK(child_aborted(&r), "%s: the child did not abort (status %#x)", label, r.status);
+    CHECK(strstr(r.err, text) != NULL, "%s: report lacks \"%s\": %s", label, text, r.err);
+    CHECK(strstr(r.err, "slub-bug") != NULL, "%s: report does not name the cache: %s", label, r.err);
+}
+
+/* cache.c refers to the designs weakly; from the static core library only a
+ * strong reference pulls slub.o in. */
+const struct design_ops *volatile slub_link = &slub_design;
+
+int main(void)
+{
+    setenv("SLABKIT_DESIGN", "slub", 1);
+    REQUIRE(strcmp(slabkit_design(), "slub") == 0, "design is %s", slabkit_design());
+    test_obfuscation();
+    test_ctor();
+    test_min_partial();
+    test_remote();
+    test_layouts();
+    expect_report(bug_double_free_fast, "double free (own slab)", "double free");
+    expect_report(bug_double_free_slow, "double free (remote path)", "double free");
+    expect_report(bug_interior_fast, "interior pointer (own slab)", "invalid pointer");
+    expect_report(bug_interior_slow, "interior pointer (remote path)", "invalid pointer");
+    expect_report(bug_slab_tail, "pointer into a slab's leftover", "invalid pointer");
+    expect_report(bug_destroy_live, "destroy with live objects", "3 objects still allocated");
+    return test_done();
+}
