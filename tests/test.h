@@ -20,6 +20,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#pragma GCC diagnostic ignored "-Wformat-zero-length"
+
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 static int test_checks, test_failures;

@@ -34,6 +34,7 @@
  * Locking: quarantine_lock, ring_lock and one lock per audit stripe; all
  * leaves (nothing is called while holding them but the internal allocator).
  */
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,26 @@ static struct audit_rec *audit_find(uintptr_t addr, bool create, struct audit_st
     return r;
 }
 
+/* The frames to hide from a stack: slabkit's own.  When slabkit is a shared
+ * object, every frame inside it (its load base); when it is linked into the
+ * program, the debug layer's own three. */
+static bool own_frame(void *pc)
+{
+    static void *self_base;
+    static int shared = -1;
+    if (shared < 0) {
+        Dl_info info;
+        if (dladdr((void *)own_frame, &info) && info.dli_fname && strstr(info.dli_fname, ".so")) {
+            self_base = info.dli_fbase;
+            shared = 1;
+        } else {
+            shared = 0;
+        }
+    }
+    Dl_info info;
+    return shared == 1 && dladdr(pc, &info) && info.dli_fbase == self_base;
+}
+
 static void capture(struct txn *t, struct sk_thread *self)
 {
     t->tid = self->tid;
@@ -208,6 +229,8 @@ static void capture(struct txn *t, struct sk_thread *self)
     int n = backtrace(frames, AUDIT_DEPTH + 3);
     self->in_debug = 0;
     int skip = n > 3 ? 3 : 0;     /* capture, record, and the debug hook */
+    while (skip < n - 1 && own_frame(frames[skip]))
+        skip++;
     for (int i = skip; i < n && t->depth < AUDIT_DEPTH; i++)
         t->stack[t->depth++] = frames[i];
 }
@@ -677,6 +700,8 @@ static void leak_report(void)
                    (unsigned long)sites[i].count, (unsigned long)sites[i].bytes);
         if (sites[i].stack->depth)
             backtrace_symbols_fd((void *const *)sites[i].stack->stack, (int)sites[i].stack->depth, 2);
+        else
+            sk_dprintf(2, "slabkit:   (no stack: allocated while the unwinder itself was loading)\n");
     }
     cache_internal_free(sites, live * sizeof *sites);
 }

@@ -16,12 +16,18 @@
  * list is only ever pushed (frees) or taken whole (owner, acquire, unfreeze):
  * never popped one object at a time, so the CAS has no ABA problem.
  *
- * Invariants.  frozen: the slab belongs to one thread (active or cpu partial);
- * only that thread takes its shared list or unfreezes it; other threads only
- * push.  inuse counts objects not on the shared list (a frozen slab's objects
- * on its owner's private list count as in use).  An unfrozen slab with free
- * objects is on the node partial list; an unfrozen slab without is full and on
- * no list; an unfrozen slab never sits on a cpu partial list.
+ * Invariants.  frozen: the slab belongs to one thread (active or cpu partial),
+ * named in slub_slab.owner; only that thread takes its shared list or
+ * unfreezes it; other threads only push.  inuse counts objects not on the
+ * shared list (a frozen slab's objects on its owner's lists count as in use).
+ * An unfrozen slab with free objects is on the node partial list; an
+ * unfrozen slab without is full and on no list.
+ *
+ * Departure from Linux: the owner's own frees into its cpu partial slabs go
+ * on a per-slab local list (slub_slab.local, no atomic), merged back when the
+ * slab becomes active or is unfrozen (mimalloc's local/thread free split).  A
+ * free into a full slab freezes it with one CAS; the rest of that thread's
+ * frees into it are plain stores, where Linux pays a cmpxchg for each.
  *
  * Locking (cf. mm/slub.c): one lock per cache, slub_cache.lock (Linux's
  * n->list_lock), protects the node partial list and nr_partial; it is a leaf:
@@ -691,12 +697,14 @@ SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_cpu *c, void *o
  * takes the object on its local list with no atomic: a slab a free has just
  * frozen collects the rest of that thread's frees into it for the price of
  * one CAS.  Any other slab: the shared list, by CAS. */
-SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
+SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
 {
     struct slub_cache *sc = cache_priv(cp);
-    struct slub_cpu *c = cache_cpu(cp);
-    if (c && free_to_active(cp, c, obj))     /* the fast path was bypassed (cache id >= 64) */
-        return;
+    if (!c) {                  /* the fast path had no state: none yet, or a cache id >= 64 */
+        c = cache_cpu(cp);
+        if (c && free_to_active(cp, c, obj))
+            return;
+    }
     struct page_desc *d = page_desc_of(obj)->head;
     struct slub_slab *s = slab_of(d);
     uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(d);
@@ -730,7 +738,7 @@ static void slub_free(struct kmem_cache *cp, void *obj)
     struct slub_cpu *c = cpu_fast(cp);
     if (likely(c != NULL) && likely(free_to_active(cp, c, obj)))
         return;
-    slub_free_slow(cp, obj);
+    slub_free_slow(cp, c, obj);
 }
 
 /* --- Cache set-up and tear-down ---------------------------------------------- */

@@ -59,15 +59,8 @@ static void bug_write_after_free(void)
     free(p);
     ((volatile char *)opaque(p))[21] = 0x42;   /* the write after free */
     /* Push it through the quarantine and reuse the size class. */
-    for (int i = 0; i < 20000; i++) {
-        char *q = malloc(48);
-        free(q);
-    }
-    void *r[64];
-    for (int i = 0; i < 64; i++)
-        r[i] = malloc(48);
-    for (int i = 0; i < 64; i++)
-        free(r[i]);
+    for (int i = 0; i < 20000; i++)
+        free(opaque(malloc(48)));     /* opaque: GCC removes a bare malloc/free pair */
 }
 
 static void bug_overflow(void)
@@ -79,10 +72,8 @@ static void bug_overflow(void)
 
 static void bug_leak(void)
 {
-    for (int i = 0; i < 10; i++) {
-        void *p = malloc(333);
-        sink = *(volatile char *)p;
-    }
+    for (int i = 0; i < 10; i++)
+        sink = *(volatile char *)opaque(malloc(333));
     exit(7);
 }
 
