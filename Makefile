@@ -81,11 +81,21 @@ test: all
 bench: all
 	$(PYTHON) bench/run_default.py --build $(BUILD)
 
+VERSION  ?= 0.1.0
 install: all
-	install -d $(DESTDIR)$(PREFIX)/include/slabkit $(DESTDIR)$(PREFIX)/lib
+	install -d $(DESTDIR)$(PREFIX)/include/slabkit $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin \
+	           $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/lib/cmake/slabkit
 	install -m 644 include/slabkit/*.h $(DESTDIR)$(PREFIX)/include/slabkit/
 	install -m 755 $(BUILD)/libslabkit.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(BUILD)/libslabkit.a $(DESTDIR)$(PREFIX)/lib/
+	if [ -f $(BUILD)/libimas.so ]; then install -m 755 $(BUILD)/libimas.so $(DESTDIR)$(PREFIX)/lib/; fi
+	for f in $(wildcard $(BUILD)/bin/*); do install -m 755 $$f $(DESTDIR)$(PREFIX)/bin/; done
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' slabkit.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/slabkit.pc
+	sed -e 's|@VERSION@|$(VERSION)|g' cmake/slabkitConfig.cmake.in \
+	    > $(DESTDIR)$(PREFIX)/lib/cmake/slabkit/slabkitConfig.cmake
+	sed -e 's|@VERSION@|$(VERSION)|g' cmake/slabkitConfigVersion.cmake.in \
+	    > $(DESTDIR)$(PREFIX)/lib/cmake/slabkit/slabkitConfigVersion.cmake
 
 clean:
 	rm -rf build build-san

@@ -105,10 +105,10 @@ def programs(work, scale=1.0):
     os.makedirs(work, exist_ok=True)
     cfile = os.path.join(work, "prog.c")
     if not os.path.exists(cfile):
-        gen_c_file(cfile, int(150 * scale))
+        gen_c_file(cfile, int(60 * scale))
     text = os.path.join(work, "text.txt")
     if not os.path.exists(text):
-        gen_text_file(text, 5 * scale)
+        gen_text_file(text, 2 * scale)
     rows = int(200000 * scale)
 
     def run(argv, env, stdin=None, timeout=300):
@@ -171,9 +171,9 @@ SELECT count(*), sum(length(name)) FROM t;
                 srv.wait()
 
     return [
-        {"name": "python3", "needs": [py], "run": lambda env: (run([py, "-c", PY_SCRIPT, str(int(150000 * scale))], env), None)},
+        {"name": "python3", "needs": [py], "run": lambda env: (run([py, "-c", PY_SCRIPT, str(int(80000 * scale))], env), None)},
         {"name": "sqlite3", "needs": ["sqlite3"], "run": lambda env: (run(["sqlite3", ":memory:"], env, stdin=sql), None)},
-        {"name": "perl", "needs": ["perl"], "run": lambda env: (run(["perl", "-e", PERL_SCRIPT, str(int(100000 * scale))], env), None)},
+        {"name": "perl", "needs": ["perl"], "run": lambda env: (run(["perl", "-e", PERL_SCRIPT, str(int(60000 * scale))], env), None)},
         {"name": "gcc", "needs": ["gcc"], "run": lambda env: (run(["gcc", "-O2", "-S", "-o", "-", cfile], env), None)},
         {"name": "sort", "needs": ["sort"], "run": lambda env: (
             hashlib.sha256(run(["sort", text], dict(env, LC_ALL="C"))).hexdigest().encode(), None)},
@@ -185,7 +185,7 @@ SELECT count(*), sum(length(name)) FROM t;
 def xz_roundtrip(run, path, env):
     with open(path, "rb") as f:
         data = f.read()
-    packed = run(["xz", "-T2", "-6", "-c", path], env)
+    packed = run(["xz", "-T2", "-3", "-c", path], env)
     p = subprocess.run(["xz", "-T2", "-d", "-c"], env=env, input=packed, capture_output=True)
     if p.returncode != 0 or p.stdout != data:
         raise RuntimeError("xz round trip changed the data")

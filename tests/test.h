@@ -38,8 +38,9 @@ static int test_checks, test_failures;
 
 /* Stops the test at once (for checks later ones depend on). */
 #define REQUIRE(cond, ...) do {                                            \
+    int require_before_ = test_failures;   /* cond is evaluated once */    \
     CHECK(cond, __VA_ARGS__);                                              \
-    if (!(cond)) { test_done(); exit(1); }                                 \
+    if (test_failures != require_before_) { test_done(); exit(1); }        \
 } while (0)
 
 static inline int test_done(void)

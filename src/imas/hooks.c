@@ -150,11 +150,11 @@ IMAS_API size_t malloc_usable_size(void *p)
 /* pthread_create/pthread_exit: the paper hooks them because Hoard needs to see
  * thread creation and exit.  None of today's candidates does (they use TLS
  * destructors), so the hooks only forward — to the candidate's own definition
- * when a dlopen()ed candidate exports one (select.c sets imas_thread_hooks),
+ * when a dlopen()ed candidate exports one (select.c sets imas_cand_pthread_*),
  * else to the next definition. */
 typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 typedef void (*exit_fn)(void *);
-void *imas_cand_pthread_create, *imas_cand_pthread_exit;   /* set by select.c, or NULL */
+void *imas_cand_pthread_create, *imas_cand_pthread_exit;
 
 IMAS_API int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
 {

@@ -44,8 +44,8 @@ extern bool imas_probing;            /* measure and log (probe mode or IMAS test
 /* select.c: decides the mode, binds imas_fwd, prepares the probe.  Safe to
  * call from any hook; recursive calls during start-up return at once. */
 void imas_init(void);
-/* Describes the choice made at start-up (for IMAS_DEBUG). */
-const char *imas_choice_name(void);
+/* hooks.c: a dlopen()ed candidate's own pthread_create/pthread_exit, or NULL. */
+extern void *imas_cand_pthread_create, *imas_cand_pthread_exit;
 
 /* bootstrap.c: a static bump arena for what is allocated before imas_fwd is bound. */
 void  *boot_alloc(size_t size, size_t align);
@@ -70,13 +70,10 @@ struct probe_config {
     unsigned write_ms;               /* periodic snapshot period; 0 = at exit only */
 };
 void probe_setup(const struct probe_config *cfg);
+/* log.c: the sampler thread and the JSON log. */
 void probe_start_thread(void);       /* from the constructor, once READY */
 void probe_finish(void);             /* from the destructor: final sample and log */
 size_t probe_own_bytes(void);        /* memory the probe's tables hold (not the program's) */
-
-/* log.c: one JSON snapshot of the probe's state, written atomically. */
-struct probe_snapshot;
-void log_write_snapshot(bool final);
 
 /* util.c: allocation-free helpers. */
 void   imas_warn(const char *msg, const char *detail);

@@ -357,11 +357,3 @@ void probe_after_fork_child(void)
         cfg.enabled = false;        /* same path as the parent: leave its log alone */
     cfg.pid = getpid();
 }
-
-void log_write_snapshot(bool final)
-{
-    lock();
-    if (cfg.enabled)
-        write_snapshot(final);
-    unlock();
-}

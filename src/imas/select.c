@@ -32,15 +32,12 @@
 struct imas_fwd imas_fwd;
 volatile int imas_state;
 bool imas_probing;
-extern void *imas_cand_pthread_create, *imas_cand_pthread_exit;
 
 static char choice_desc[512] = "uninitialised";
 static char home[2048], exe[4096], decision[16384], env_assign[512];
 static char spool_pattern[4200];
 static bool in_startup = true;      /* until the constructor returns: main has not run */
 extern char **environ;
-
-const char *imas_choice_name(void) { return choice_desc; }
 
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
@@ -537,29 +534,27 @@ static void do_init(void)
 
 static void start_test_probe(const struct cand *c)
 {
-    {
-        struct sbuf b = { spool_pattern, 0, sizeof spool_pattern - 1, false };
-        sb_str(&b, home);
-        sb_str(&b, "/spool");
-        spool_pattern[b.len] = 0;
-        if (private_dir(spool_pattern)) {
-            sb_str(&b, "/p-");
-            sb_u64(&b, imas_fnv1a(exe) & 0xffffffffu);
-            sb_chr(&b, '-');
-            sb_u64(&b, (uint64_t)imas_now());
-            sb_str(&b, "-%p.json");
-            spool_pattern[b.len] = 0;
-            struct probe_config pc = {
-                .out_pattern = spool_pattern,
-                .allocator = c->name,
-                .sample_every = env_uint("IMAS_PROBE_SAMPLE", 64),
-                .interval_ms = env_uint("IMAS_PROBE_INTERVAL_MS", 20),
-                .write_ms = env_uint("IMAS_PROBE_WRITE_MS", 5000),
-            };
-            probe_setup(&pc);
-            imas_probing = true;
-        }
-    }
+    struct sbuf b = { spool_pattern, 0, sizeof spool_pattern - 1, false };
+    sb_str(&b, home);
+    sb_str(&b, "/spool");
+    spool_pattern[b.len] = 0;
+    if (!private_dir(spool_pattern))
+        return;                     /* nowhere safe to write: run unmeasured */
+    sb_str(&b, "/p-");
+    sb_u64(&b, imas_fnv1a(exe) & 0xffffffffu);
+    sb_chr(&b, '-');
+    sb_u64(&b, (uint64_t)imas_now());
+    sb_str(&b, "-%p.json");
+    spool_pattern[b.len] = 0;
+    struct probe_config pc = {
+        .out_pattern = spool_pattern,
+        .allocator = c->name,
+        .sample_every = env_uint("IMAS_PROBE_SAMPLE", 16),
+        .interval_ms = env_uint("IMAS_PROBE_INTERVAL_MS", 20),
+        .write_ms = env_uint("IMAS_PROBE_WRITE_MS", 5000),
+    };
+    probe_setup(&pc);
+    imas_probing = true;
 }
 
 void imas_init(void)

@@ -166,7 +166,11 @@ static struct kmem_cache *cache_create(const char *name, size_t size, size_t ali
     cp->dtor = dtor;
     cp->flags = flags;
     cp->debug = (flags & CACHE_INTERNAL) ? 0 : sk_opt.debug;
-    cp->secret = secret_seed ^ __builtin_bswap64((uintptr_t)cp);
+    /* Unique per cache instance, even when a destroyed cache's memory and id
+     * are reused: the debug layer binds buffer trailers to it. */
+    static uint64_t creations;
+    uint64_t n_created = __atomic_add_fetch(&creations, 1, __ATOMIC_RELAXED);
+    cp->secret = secret_seed ^ __builtin_bswap64((uintptr_t)cp) ^ (n_created * 0x9e3779b97f4a7c15ull);
     size_t n = strlen(name);
     if (n >= CACHE_NAME_LEN)
         n = CACHE_NAME_LEN - 1;
@@ -504,6 +508,9 @@ SK_API void kmem_free(void *buf, size_t size)
         } else {
             match = ALIGN_UP(size, PAGE_SIZE) == have;   /* large and huge blocks are whole pages */
         }
+        struct page_desc *h = page_head_of(buf);
+        if (debug_on && h && (h->kind == PAGE_SLAB || h->kind == PAGE_SLOB || h->kind == PAGE_GUARDED))
+            match = size == have;         /* the debug layer knows the exact size asked for */
         if (!match)
             sk_report_buffer("kmem_free: size does not match the allocation", buf,
                              d && d->kind == PAGE_SLAB ? d->cache->name : NULL,
@@ -517,6 +524,8 @@ SK_API void kmem_free(void *buf, size_t size)
 size_t cache_reap_all(void)
 {
     size_t bytes = 0;
+    if (debug_on)
+        debug_reap();                  /* quarantined buffers first: they go back to their caches */
     lock_acquire(&cache_list_lock);
     for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
         if (sk_design.reap)

@@ -71,9 +71,12 @@ struct trailer {
 
 static uint64_t trailer_secret;
 
-static uint64_t trailer_check(const void *p, uint32_t state, uint32_t requested)
+/* Binds a trailer to its buffer, its state and size, and its cache instance
+ * (a destroyed cache's stale trailers never validate for a new cache). */
+static uint64_t trailer_check(struct kmem_cache *cp, const void *p, uint32_t state, uint32_t requested)
 {
-    return ((uintptr_t)p ^ trailer_secret ^ ((uint64_t)state << 32 | requested)) * 0x9e3779b97f4a7c15ull;
+    uint64_t key = trailer_secret ^ (cp ? cp->secret : 0);
+    return ((uintptr_t)p ^ key ^ ((uint64_t)state << 32 | requested)) * 0x9e3779b97f4a7c15ull;
 }
 
 static void trailer_read(const void *p, size_t extent, struct trailer *t)
@@ -81,15 +84,15 @@ static void trailer_read(const void *p, size_t extent, struct trailer *t)
     memcpy(t, (const char *)p + extent - TRAILER, TRAILER);
 }
 
-static bool trailer_valid(const void *p, const struct trailer *t, size_t extent)
+static bool trailer_valid(struct kmem_cache *cp, const void *p, const struct trailer *t, size_t extent)
 {
     return (t->state == STATE_ALLOC || t->state == STATE_FREE) &&
-           t->requested <= extent - TRAILER && t->check == trailer_check(p, t->state, t->requested);
+           t->requested <= extent - TRAILER && t->check == trailer_check(cp, p, t->state, t->requested);
 }
 
-static void trailer_write(void *p, size_t extent, uint32_t state, uint32_t requested)
+static void trailer_write(struct kmem_cache *cp, void *p, size_t extent, uint32_t state, uint32_t requested)
 {
-    struct trailer t = { state, requested, trailer_check(p, state, requested) };
+    struct trailer t = { state, requested, trailer_check(cp, p, state, requested) };
     memcpy((char *)p + extent - TRAILER, &t, TRAILER);
 }
 
@@ -363,12 +366,12 @@ static void on_alloc(struct kmem_cache *cp, void *p, size_t extent, size_t reque
 {
     struct trailer t;
     trailer_read(p, extent, &t);
-    if (check && (sk_opt.debug & DEBUG_POISON) && t.state == STATE_FREE && trailer_valid(p, &t, extent))
+    if (check && (sk_opt.debug & DEBUG_POISON) && t.state == STATE_FREE && trailer_valid(cp, p, &t, extent))
         check_poison(cp, p, extent, &t);
     if (sk_opt.debug & DEBUG_POISON)
         pattern_fill(p, requested, POISON_NEW);
     fill_redzone(p, extent, requested);
-    trailer_write(p, extent, STATE_ALLOC, (uint32_t)requested);
+    trailer_write(cp, p, extent, STATE_ALLOC, (uint32_t)requested);
     record(cp, p, requested, true);
 }
 
@@ -376,15 +379,16 @@ static void on_free(struct kmem_cache *cp, void *p, size_t extent)
 {
     struct trailer t;
     trailer_read(p, extent, &t);
-    if (t.state == STATE_FREE && trailer_valid(p, &t, extent))
+    if (t.state == STATE_FREE && trailer_valid(cp, p, &t, extent))
         sk_report_buffer("double free", p, cache_name_of(cp), "the buffer is already free");
-    if (t.state != STATE_ALLOC || !trailer_valid(p, &t, extent)) {
+    if (t.state != STATE_ALLOC || !trailer_valid(cp, p, &t, extent)) {
         /* The redzone tells an overrun that reached the trailer from a bad pointer. */
         const uint8_t *b = p;
         if (t.requested <= extent - TRAILER && b[t.requested] != redzone_bytes[t.requested & 7])
             check_redzone(cp, p, extent, t.requested, "at free");
-        sk_report_buffer("invalid free or buffer overrun into the trailer", p, cache_name_of(cp),
-                         "the buffer's control word is damaged (found state 0x%x)", t.state);
+        sk_report_buffer("free: invalid pointer", p, cache_name_of(cp),
+                         "not the start of an allocated buffer, or its control word was overwritten (found state 0x%x)",
+                         t.state);
     }
     if (sk_opt.debug & DEBUG_REDZONE)
         check_redzone(cp, p, extent, t.requested, "at free");
@@ -392,7 +396,7 @@ static void on_free(struct kmem_cache *cp, void *p, size_t extent)
         cp->user_dtor(p, cp->object_size);
     if (sk_opt.debug & DEBUG_POISON)
         pattern_fill(p, t.requested, POISON_FREE);
-    trailer_write(p, extent, STATE_FREE, t.requested);
+    trailer_write(cp, p, extent, STATE_FREE, t.requested);
     record(cp, p, t.requested, false);
 }
 
@@ -407,7 +411,7 @@ static void release(struct quarantined *q)
 {
     struct trailer t;
     trailer_read(q->p, q->extent, &t);
-    if (t.state != STATE_FREE || !trailer_valid(q->p, &t, q->extent))
+    if (t.state != STATE_FREE || !trailer_valid(q->cp, q->p, &t, q->extent))
         sk_report_buffer("write after free (control word damaged)", q->p, cache_name_of(q->cp),
                          "found state 0x%x", t.state);
     if (sk_opt.debug & DEBUG_POISON)
@@ -437,6 +441,42 @@ static void quarantine_push(struct kmem_cache *cp, void *p, size_t extent)
     lock_release(&quarantine_lock);
     for (size_t i = 0; i < nout; i++)   /* outside the lock: the design may take its own */
         release(&out[i]);
+}
+
+/* Memory is wanted back (kmem_reap, KM_SLEEP retry): empty the quarantine. */
+void debug_reap(void)
+{
+    for (;;) {
+        struct quarantined q;
+        lock_acquire(&quarantine_lock);
+        if (!q_count) {
+            lock_release(&quarantine_lock);
+            return;
+        }
+        q = quarantine[q_head];
+        q_bytes -= q.extent;
+        q_head = (q_head + 1) % QUARANTINE_ENTRIES;
+        q_count--;
+        lock_release(&quarantine_lock);
+        release(&q);
+    }
+}
+
+/* Statistics from the caller's point of view: a quarantined buffer was freed
+ * by the program, though its design still counts it as allocated. */
+void debug_adjust_stats(struct kmem_cache *cp, struct slabkit_cache_stats *st)
+{
+    uint64_t n = 0;
+    lock_acquire(&quarantine_lock);
+    for (size_t i = 0; i < q_count; i++)
+        if (quarantine[(q_head + i) % QUARANTINE_ENTRIES].cp == cp)
+            n++;
+    lock_release(&quarantine_lock);
+    if (n > st->active_objs)
+        n = st->active_objs;
+    st->active_objs -= n;
+    st->frees += n;
+    st->cached_objs += n;
 }
 
 /* A destroyed cache must not have buffers left in the quarantine. */
@@ -571,9 +611,10 @@ static void dbg_free(struct kmem_cache *cp, void *p)
 static void set_requested(void *p, size_t size)
 {
     struct page_desc *d = page_desc_of(p);
+    struct kmem_cache *cp = NULL;      /* SLOB's kmalloc blocks belong to no cache */
     size_t extent;
     if (d && d->kind == PAGE_SLAB)
-        extent = d->cache->size;
+        extent = (cp = d->cache)->size;
     else if (d && d->kind == PAGE_SLOB)
         extent = real.ksize(p);
     else
@@ -581,8 +622,17 @@ static void set_requested(void *p, size_t size)
     if (sk_opt.debug & DEBUG_POISON)
         pattern_fill(p, extent - TRAILER, POISON_NEW);
     fill_redzone(p, extent, size);
-    trailer_write(p, extent, STATE_ALLOC, (uint32_t)size);
+    trailer_write(cp, p, extent, STATE_ALLOC, (uint32_t)size);
     resize_record(p, size);
+}
+
+/* A block of whole pages: new memory shows the uninitialised pattern (which
+ * also wipes any stale trailer the pages held as a slab). */
+static void large_allocated(void *p, size_t size)
+{
+    if (sk_opt.debug & DEBUG_POISON)
+        pattern_fill(p, size, POISON_NEW);
+    record(NULL, p, size, true);
 }
 
 static void *dbg_kmalloc(size_t size, size_t align, int flags)
@@ -591,14 +641,19 @@ static void *dbg_kmalloc(size_t size, size_t align, int flags)
         (ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT) + 1 <= ((size_t)1 << MAX_ORDER))
         return guarded_alloc(size, align, flags);
     void *p;
+    if (real.kmalloc && size >= PAGE_SIZE / 2) {
+        /* SLOB would give this whole pages anyway: no trailer to pad for. */
+        p = cache_large_alloc(size, align, flags);
+        if (p)
+            large_allocated(p, size);
+        return p;
+    }
     if (real.kmalloc) {
-        if (size > SIZE_MAX - REDZONE - TRAILER)
-            return NULL;
         p = real.kmalloc(size + REDZONE + TRAILER, align, flags);
         if (p && page_desc_of(p) && page_desc_of(p)->kind == PAGE_SLOB)
             on_alloc(NULL, p, real.ksize(p), size, false);
         else if (p)
-            record(NULL, p, size, true);
+            large_allocated(p, size);
         return p;
     }
     p = cache_generic_kmalloc(size, align, flags);
@@ -607,7 +662,7 @@ static void *dbg_kmalloc(size_t size, size_t align, int flags)
         if (d && d->kind == PAGE_SLAB)
             set_requested(p, size);
         else
-            record(NULL, p, size, true);
+            large_allocated(p, size);
     }
     return p;
 }
@@ -625,9 +680,10 @@ size_t debug_ksize(const void *p)
     if (!d)
         return huge_size(p);
     size_t extent;
+    struct kmem_cache *cp = NULL;
     switch (d->kind) {
     case PAGE_SLAB:
-        extent = d->cache->size;
+        extent = (cp = d->cache)->size;
         break;
     case PAGE_SLOB:
         extent = real.ksize ? real.ksize(p) : 0;
@@ -645,7 +701,7 @@ size_t debug_ksize(const void *p)
         return d->cache->size;
     struct trailer t;
     trailer_read(p, extent, &t);
-    return t.state == STATE_ALLOC && trailer_valid(p, &t, extent) ? t.requested : 0;
+    return t.state == STATE_ALLOC && trailer_valid(cp, p, &t, extent) ? t.requested : 0;
 }
 
 /* --- Leak report --------------------------------------------------------- */

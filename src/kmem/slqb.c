@@ -25,6 +25,9 @@
  *    (or when the destination changes); if it is the node's, free it to the
  *    slab under node_lock.  A slab that becomes empty goes straight back to
  *    the page layer: SLQB keeps its memory in the queues, not in free slabs.
+ *    (Linux's non-NUMA SLQB pushed every free on the local LIFO and sorted
+ *    remote objects out at flush time; checking the owner at free instead
+ *    sends each remote object home in the next batch.)
  * 3. Invariants.  (a) A slab's free list, inuse and list links are touched
  *    only by the thread of its owner list, or under node_lock when the owner
  *    is the node.  (b) The owner changes only list -> node (in that list's
@@ -46,11 +49,18 @@
  *    lists_lock (the registry of all lists and the dead pool), each list's
  *    rf_lock (its remote_free queue and `dead`).  Fork takes them in that
  *    order.  No lock is held across page_alloc (the page layer may call
- *    back into kmem_reap), a ctor/dtor, or a report.
+ *    back into kmem_reap), page_free, or a ctor/dtor (a double-free report
+ *    under node_lock aborts the process, so it does not count).
  * 5. Memory kept: up to hiwater (+ freebatch on the rlist) objects per live
  *    thread per cache, plus what was handed over and not yet claimed; reap
  *    empties the CALLING thread's queues only (no other thread's may be
- *    touched without its cooperation) — this is the design's memory cost. */
+ *    touched without its cooperation) — this is the design's memory cost.
+ *    List structs: one per thread alive at once per cache (dead ones are
+ *    reused), freed at kmem_cache_destroy.
+ * 6. Statistics: per-list counters with no atomics, summed over every list
+ *    (live and dead: lists persist) plus the shared path's atomic counters;
+ *    exact once the other threads have exited.  limit = hiwater,
+ *    batchcount = freebatch, cached = LIFOs + rlists + remote_free queues. */
 #include <string.h>
 #include "cache.h"
 #include "slqb.h"
@@ -83,7 +93,7 @@ struct slqb_list {
     struct slqb_list *pool_next;   /* dead pool, under lists_lock */
     /* remote_free: any thread, under rf_lock (own line: written remotely). */
     _Alignas(CACHE_LINE) struct sk_lock rf_lock;
-    uint32_t remote_check;         /* set with the queue; read unlocked on a miss */
+    uint32_t remote_check;         /* set with each hand-over (Linux: at a watermark); read unlocked on a miss */
     bool dead;                     /* owner exited: hand-overs must re-route */
     void *rf_head, *rf_tail;
     unsigned long rf_nr;

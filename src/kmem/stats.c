@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cache.h"
+#include "debug.h"
 #include "../core/options.h"
 #include "../core/report.h"
 
@@ -16,6 +17,8 @@ static void cache_collect(struct kmem_cache *cp, struct slabkit_cache_stats *st)
     st->object_size = cp->size;
     sk_design.stats(cp, st);
     st->failures += __atomic_load_n(&cp->failures, __ATOMIC_RELAXED);
+    if (debug_on && cp->debug)
+        debug_adjust_stats(cp, st);
 }
 
 SK_API size_t slabkit_cache_foreach(void (*fn)(const struct slabkit_cache_stats *, void *), void *arg)

@@ -128,15 +128,22 @@ size_t malloc_usable(const void *p)
     return cache_ksize(p);
 }
 
-/* Growing a block beyond the generic classes moves it (there is no in-place
- * growth in the page layer); asking for 1/8 more than needed makes a buffer
- * grown by small steps move O(log n) times instead of once per page, for at
- * most 12.5% slack on blocks that were grown by realloc. */
+/* Growing a block beyond the generic classes moves it (the page layer has no
+ * in-place growth).  A block grown by realloc is therefore given room to grow
+ * into: up to 4 MiB the whole power-of-two block of pages (the page layer
+ * hands out exact blocks by trimming the covering power of two, so this only
+ * skips the trim), beyond that half as much again.  The extra pages are never
+ * touched until the buffer grows into them, so they cost address space, not
+ * resident memory; a buffer grown by small steps moves O(log n) times. */
 static size_t grow_target(size_t size)
 {
-    if (size <= MALLOC_MID_MAX || size > MALLOC_MAX_REQUEST - size / 8)
+    if (size <= MALLOC_MID_MAX)
         return size;
-    return size + size / 8;
+    if (size <= (PAGE_SIZE << MAX_ORDER))
+        return PAGE_SIZE << order_for_pages(ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT);
+    if (size > MALLOC_MAX_REQUEST / 2)
+        return size;
+    return size + size / 2;
 }
 
 void *malloc_realloc(void *p, size_t size)

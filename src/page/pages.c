@@ -244,7 +244,9 @@ SK_INLINE void free_block(struct page_desc *d, unsigned order)
         if (likely(t->state == THREAD_LIVE)) {
             d->kind = PAGE_LAZY;
             d->free.next = t->pcp_head;
-            t->pcp_head = d;
+            /* Release: a fork child drains a dead thread's list and must
+             * never see the new head before its link (a plain mov on x86). */
+            __atomic_store_n(&t->pcp_head, d, __ATOMIC_RELEASE);
             __atomic_store_n(&t->pcp_frees, t->pcp_frees + 1, __ATOMIC_RELAXED);
             if (unlikely(++t->pcp_count > PCP_HIGH))
                 pcp_drain(t, PCP_BATCH);

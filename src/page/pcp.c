@@ -19,7 +19,7 @@ bool pcp_refill(struct sk_thread *t)
     if (!got)
         return false;
     /* The list is empty here (refill only on a miss). */
-    t->pcp_head = chain;
+    __atomic_store_n(&t->pcp_head, chain, __ATOMIC_RELEASE);   /* see free_block */
     t->pcp_count = got;
     return true;
 }

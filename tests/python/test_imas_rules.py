@@ -234,3 +234,22 @@ def test_shim_policy_matches_python(tmp_path):
         assert out.returncode == 0
         c = policy.choose(pl, st(load, free))
         assert f"{c.allocator} (rule: {c.rule})" in out.stderr, (load, free, out.stderr)
+
+
+def test_evaluate_summary_arithmetic():
+    from imas import evaluate
+    res = [{"name": "p1", "pick": "a", "rule": "balanced", "roles": {}, "marks": {},
+            "means": {"system": {"time_ns": 100, "frag": 0.5, "footprint": 10, "wall": 1},
+                      "a": {"time_ns": 80, "frag": 0.4, "footprint": 12, "wall": 1}}},
+           {"name": "p2", "pick": "system", "rule": "balanced", "roles": {}, "marks": {},
+            "means": {"system": {"time_ns": 50, "frag": 0.2, "footprint": 10, "wall": 1},
+                      "a": {"time_ns": 100, "frag": 0.1, "footprint": 10, "wall": 1}}}]
+    s = evaluate.summarize(res, ["system", "a"])
+    assert s["a"]["time_ns"][0] == pytest.approx((20 - 100) / 2)       # +20 % and -100 %
+    assert s["IMAS"]["time_ns"][0] == pytest.approx(10)                # +20 % (a) and 0 (system)
+    assert s["IMAS"]["frag"][0] == pytest.approx(10)
+    assert s["a"]["frag"][3] == pytest.approx(35)                      # median of +20 and +50
+    assert evaluate.gain(0, 5) is None
+    md = evaluate.markdown(res, s, ["system", "a"], {"command": "x", "machine": "m", "date": "d", "load": 0.1,
+                                                     "tests": 1, "reps": 1, "rule": "balanced"})
+    assert "**IMAS**" in md and "| p1 | a (balanced)" in md

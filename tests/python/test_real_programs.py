@@ -1,6 +1,6 @@
 """Real programs under LD_PRELOAD=libslabkit.so, for every design and page
 allocator: python3 (allocation-heavy script), sqlite3 (200k rows), perl (hash
-heavy), gcc -O2 (a generated C file), sort (5 MB), xz -T2 (round trip of 5 MB)
+heavy), gcc -O2 (a generated C file), sort (2 MB), xz -T2 (round trip of 2 MB)
 and redis-server answering redis-benchmark on 127.0.0.1 (started and stopped
 here).  Each program's output must equal its output on glibc (redis: the
 values read back).  The command definitions live in bench/real_programs.py,

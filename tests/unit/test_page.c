@@ -347,7 +347,7 @@ static void test_bad_input(void)
 
 /* ---- exhaustion ---- */
 
-static void exhaust(void *a)
+static __attribute__((unused)) void exhaust(void *a)
 {
     struct rlimit rl;
     /* Room for what is mapped now plus a little: the next regions fail. */

@@ -299,6 +299,68 @@ static void test_thread_exit(void)
     free(x.objs);
 }
 
+/* --- threads past their exit: the shared (orphan-list) path ------------------- */
+
+static pthread_key_t late_key;
+static kmem_cache_t *late_cache;
+static void *late_objs[100];
+static void *late_from_main;
+static struct slqb_probe late_probe;
+
+/* Runs after slabkit's own key destructor (keys are destroyed in creation
+ * order): this thread has no per-thread lists any more. */
+static void late_destructor(void *arg)
+{
+    for (int i = 0; i < 100; i++) {
+        late_objs[i] = kmem_cache_alloc(late_cache, KM_SLEEP);
+        memset(late_objs[i], i, 64);
+    }
+    for (int i = 0; i < 50; i++)
+        kmem_cache_free(late_cache, late_objs[i]);
+    kmem_cache_free(late_cache, late_from_main);   /* a live thread's slab: handed to its queue */
+    slqb_probe(late_cache, false, &late_probe);
+}
+
+static void *late_thread(void *arg)
+{
+    void *p = kmem_cache_alloc(late_cache, KM_SLEEP);   /* a list of its own, then exit */
+    kmem_cache_free(late_cache, p);
+    pthread_setspecific(late_key, (void *)1);
+    return NULL;
+}
+
+static void test_exited_thread_path(void)
+{
+    late_cache = kmem_cache_create("slqb-late", 64, 0, NULL, NULL);
+    REQUIRE(late_cache, "kmem_cache_create failed");
+    late_from_main = kmem_cache_alloc(late_cache, KM_SLEEP);
+    REQUIRE(pthread_key_create(&late_key, late_destructor) == 0, "pthread_key_create");
+    pthread_t t;
+    pthread_create(&t, NULL, late_thread, NULL);
+    pthread_join(t, NULL);
+    CHECK(late_probe.lists == 2 && late_probe.dead_lists == 1,
+          "the exited thread made a list: lists %lu dead %lu", (unsigned long)late_probe.lists,
+          (unsigned long)late_probe.dead_lists);
+    CHECK(late_probe.remote_queued == 1, "main's object not on main's remote_free queue (%lu)",
+          (unsigned long)late_probe.remote_queued);
+    struct slabkit_cache_stats st = cache_stats("slqb-late");
+    CHECK(st.active_objs == 50 && st.allocs == 102 && st.frees == 52, "active %lu allocs %lu frees %lu",
+          (unsigned long)st.active_objs, (unsigned long)st.allocs, (unsigned long)st.frees);
+    unsigned bad = 0;
+    for (int i = 50; i < 100; i++) {
+        const unsigned char *b = late_objs[i];
+        bad += b[0] != i || b[63] != i;
+        kmem_cache_free(late_cache, late_objs[i]);
+    }
+    CHECK(bad == 0, "%u objects allocated on the shared path were damaged", bad);
+    kmem_reap();
+    st = cache_stats("slqb-late");
+    CHECK(st.active_objs == 0 && st.num_slabs == 0 && st.cached_objs == 0, "active %lu slabs %lu cached %lu",
+          (unsigned long)st.active_objs, (unsigned long)st.num_slabs, (unsigned long)st.cached_objs);
+    pthread_key_delete(late_key);
+    kmem_cache_destroy(late_cache);
+}
+
 /* --- reap, layout, obfuscation, constructed objects --------------------------- */
 
 static void test_reap(void)
@@ -461,6 +523,7 @@ int main(void)
     test_flush_at_hiwater();
     test_remote_batches();
     test_thread_exit();
+    test_exited_thread_path();
     test_reap();
     test_layout();
     test_bugs();

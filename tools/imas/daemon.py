@@ -45,15 +45,16 @@ class Settings:
             except configparser.Error as e:
                 raise ImasError(f"{layout.conf}: {e}")
         sec = cp["imas"] if cp.has_section("imas") else {}
+        def pick(key, env):
+            if over.get(key) is not None:
+                return over[key]
+            if os.environ.get(env):
+                return os.environ[env]
+            return sec.get(key, DEFAULTS[key])
         try:
-            self.max_tests = int(over.get("max_tests") or os.environ.get("IMAS_MAX_TESTS") or
-                                 sec.get("max_tests", DEFAULTS["max_tests"]))
-            ri = over.get("retest_interval")
-            if ri is None:
-                ri = os.environ.get("IMAS_RETEST_INTERVAL", sec.get("retest_interval", DEFAULTS["retest_interval"]))
-            self.retest_interval = float(ri)
-            self.scan_interval = float(over.get("scan_interval") or sec.get("scan_interval",
-                                                                            DEFAULTS["scan_interval"]))
+            self.max_tests = int(pick("max_tests", "IMAS_MAX_TESTS"))
+            self.retest_interval = float(pick("retest_interval", "IMAS_RETEST_INTERVAL"))
+            self.scan_interval = float(pick("scan_interval", "IMAS_SCAN_INTERVAL"))
         except ValueError as e:
             raise ImasError(f"bad setting: {e}")
         if self.max_tests < 1 or self.retest_interval < 0 or self.scan_interval <= 0:
@@ -255,10 +256,9 @@ def main(argv=None):
         if args.once:
             run_once(layout, settings, quiet=args.quiet)
             return 0
-        stop = []
-        signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))     # systemctl stop: leave cleanly
         first = True
-        while not stop:
+        while True:
             cands = cands_mod.load(layout)
             with open_db(layout) as db:
                 touched, counts = scan(layout, db, cands, settings)
@@ -271,7 +271,6 @@ def main(argv=None):
                 print(f"imasd: folded {counts['folded']}, dropped {counts['dropped']}, "
                       f"bad {counts['bad']}, waiting {counts['waiting']}", flush=True)
             time.sleep(settings.scan_interval)
-        return 0
     except ImasError as e:
         print(f"imasd: error: {e}", file=sys.stderr)
         return 2

@@ -214,7 +214,8 @@ def _f(v, fmt="{:.1f}"):
 
 def markdown(results, summary, names, meta):
     L = ["# IMAS evaluation: IMAS's pick against single allocators (the paper's Figure 8)", "",
-         f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}; {meta['date']}  ",
+         f"Command: `{meta['command']}`  ", f"Machine: {meta['machine']}; {meta['date']}; "
+         f"5-min load average at the end {meta.get('load', 0):.1f}  ",
          f"Training: {meta['tests']} test(s) per candidate through `imas run` + `imasd` (retest interval 0); "
          f"hold-out: {meta['reps']} interleaved run(s) per allocator; IMAS = the {meta['rule']} pick.", "",
          "## Average gain over the system allocator (per cent; mean ± standard error over programs)", "",
@@ -245,7 +246,7 @@ def markdown(results, summary, names, meta):
         L.append(f"- {label}: IMAS {imas[m][0]:+.2f} % vs best single allocator ({best}) {b:+.2f} %, "
                  f"system 0 % — IMAS {'is' if imas[m][0] >= b else 'is not'} at least as good as the best "
                  f"single allocator, and {'better' if imas[m][0] > 0 else 'not better'} than the system allocator.")
-    L += ["", "## Per program (hold-out means)", "",
+    L += ["", "## Per program (hold-out medians)", "",
           "| program | IMAS pick | " + " | ".join(f"{n} ns/op · frag % · MiB" for n in names) + " |",
           "| --- | --- | " + " | ".join("---" for _ in names) + " |"]
     for r in results:
@@ -282,6 +283,7 @@ def plots(results, summary, names, out):
         ax.set_xticks(range(len(who)))
         ax.set_xticklabels(who, rotation=30, ha="right")
         ax.set_ylabel("gain over the system allocator (%)")
+        ax.set_yscale("symlog", linthresh=10)       # one slow allocator would flatten the rest
         ax.set_title(f"average {title} gain")
     fig.tight_layout()
     p = os.path.join(out, "gains.png")
@@ -301,6 +303,7 @@ def plots(results, summary, names, out):
             ax.bar([j + i * width for j in range(len(progs))], vals, width,
                    label=w, color="tab:red" if w == "IMAS" else None)
         ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_yscale("symlog", linthresh=10)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(progs))])
         ax.set_xticklabels(progs, rotation=30, ha="right")
         ax.set_title(f"{title} gain per program (%)")
@@ -360,7 +363,9 @@ def evaluate(out, full=False, tests=None, reps=None, only=None, allocators=None,
                             "marks": {a: [k for k, _, _ in v] for a, v in marks.items()},
                             "means": means, "runs": {n: len(runs[n]) for n in names}})
         summary = summarize(results, names)
-        meta = {"command": "imas evaluate" + (" --full" if full else ""), "tests": tests, "reps": reps,
+        meta = {"command": " ".join(["imas"] + sys.argv[1:]) if os.path.basename(sys.argv[0]) in
+                ("cli.py", "imas", "__main__.py") or "imas" in sys.argv[0] else "imas evaluate",
+                "tests": tests, "reps": reps, "load": os.getloadavg()[1],
                 "rule": rule, "machine": f"{os.cpu_count()} CPUs, {os.uname().release}",
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         md = markdown(results, summary, names, meta)
