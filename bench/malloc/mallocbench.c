@@ -49,7 +49,7 @@ static long scale = 1;
 
 static long hot(size_t size)
 {
-    long n = 3000000 * scale;
+    long n = 2000000 * scale;
     for (long i = 0; i < n; i++) {
         char *p = do_malloc(size);
         p[0] = (char)i;
@@ -85,7 +85,7 @@ static long random_victims(void)
     uint64_t s = 99;
     for (int i = 0; i < LIVE; i++)
         p[i] = do_malloc(16 + rnd(&s) % 497);
-    long n = 3000000 * scale;
+    long n = 1500000 * scale;
     for (long k = 0; k < n; k++) {
         uint64_t r = rnd(&s);
         unsigned v = (unsigned)(r % LIVE);
@@ -117,7 +117,7 @@ static void *consumer(void *arg)
 
 static long prodcons(void)
 {
-    pc_items = 2000000 * scale;
+    pc_items = 1000000 * scale;
     pthread_t t;
     pthread_create(&t, NULL, consumer, NULL);
     uint64_t s = 5;
@@ -135,7 +135,7 @@ static long prodcons(void)
 
 static long realloc_growth(void)
 {
-    long rounds = 30 * scale, ops = 0;
+    long rounds = 20 * scale, ops = 0;
     for (long r = 0; r < rounds; r++) {
         char *buf = NULL;
         for (size_t len = 64; len <= ((size_t)1 << 20); len += 64) {

@@ -365,7 +365,21 @@ def make_parser():
 
     wl = sub.add_parser("workloads", help="list the workloads")
     wl.set_defaults(func=cmd_workloads)
+
+    ev = sub.add_parser("evaluate", help="IMAS's evaluation: its pick against every single allocator",
+                        description="Runs `imas evaluate` (the lab's workloads and real programs through the "
+                                    "whole IMAS cycle); arguments after -- go to it (see `imas evaluate --help`).")
+    ev.add_argument("args", nargs=argparse.REMAINDER, help="-- ARGS for imas evaluate")
+    ev.set_defaults(func=cmd_evaluate)
     return p
+
+
+def cmd_evaluate(args):
+    imas = os.path.join(build_dir(), "bin", "imas")
+    if not os.path.exists(imas):
+        raise LabError(f"{imas} is missing: run make first")
+    rest = args.args[1:] if args.args[:1] == ["--"] else args.args
+    return subprocess.call([imas, "evaluate"] + rest)
 
 
 def main(argv=None):
