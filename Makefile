@@ -22,7 +22,7 @@ endif
 CFLAGS   ?= -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Wno-unused-parameter \
             -fPIC -pthread -fvisibility=hidden -ftls-model=initial-exec \
-            -fno-strict-aliasing -Iinclude
+            -fno-strict-aliasing -Iinclude $(EXTRA_CFLAGS)
 LDFLAGS  += -pthread $(LDSAN)
 LDLIBS   += -ldl -lm
 
@@ -61,7 +61,7 @@ $(BUILD)/libslabkit_core.a: $(CORE_OBJ)
 tests: $(TEST_BIN)
 # Unit and stress tests link the core (kmem, pages) and keep the system malloc;
 # integration tests are plain programs that run under LD_PRELOAD or link the .so.
-$(BUILD)/tests/unit/% $(BUILD)/tests/stress/%: tests/*/%.c tests/test.h $(BUILD)/libslabkit_core.a
+$(BUILD)/tests/unit/% $(BUILD)/tests/stress/%: tests/*/%.c $(wildcard tests/*.h) $(BUILD)/libslabkit_core.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
 $(BUILD)/tests/integration/%: tests/integration/%.c tests/test.h

@@ -241,7 +241,7 @@ static struct page_desc *slab_put(struct kmem_cache *cp, struct slqb_list *l,
     struct slqb_cache *c = slqb(cp);
     void *fl = (void *)s->priv[SLAB_FREE];
     uintptr_t inuse = s->priv[SLAB_INUSE];
-    if (unlikely(fl == obj || inuse == 0))
+    if (unlikely((HARDENED && fl == obj) || inuse == 0))
         double_free(cp, obj, "free in its slab");
     set_next(cp, obj, c->fpoff, fl);
     s->priv[SLAB_FREE] = (uintptr_t)obj;
@@ -435,7 +435,7 @@ static bool claim_remote(struct kmem_cache *cp, struct slqb_list *l)
 SK_INLINE void lifo_push(struct kmem_cache *cp, struct slqb_list *l, void *obj)
 {
     struct slqb_cache *c = slqb(cp);
-    if (unlikely(obj == l->head))
+    if (unlikely(HARDENED && obj == l->head))
         double_free(cp, obj, "at the head of this thread's free list");
     set_next(cp, obj, l->fpoff, l->head);
     l->head = obj;
@@ -604,7 +604,7 @@ SK_NOINLINE static void free_slow(struct kmem_cache *cp, struct slqb_list *l,
         object_return(cp, l, obj);
         return;
     }
-    if (unlikely(obj == l->rhead))
+    if (unlikely(HARDENED && obj == l->rhead))
         double_free(cp, obj, "on this thread's remote list");
     rlist_add(cp, l, obj, owner);
 }
@@ -621,7 +621,7 @@ static void slqb_free(struct kmem_cache *cp, void *obj)
     struct page_desc *s = slab_of(obj);
     uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(s);
     uint64_t idx = ((uint64_t)off * c->recip) >> RECIP_SHIFT;
-    if (unlikely(idx * c->bsize != off || idx >= c->objs))
+    if (unlikely(HARDENED && (idx * c->bsize != off || idx >= c->objs)))
         bad_pointer(cp, obj);
     struct slqb_list *l = cache_cpu(cp);
     if (likely(l != NULL && (struct slqb_list *)s->priv[SLAB_OWNER] == l)) {

@@ -14,18 +14,6 @@
 #include "kmem/cache.h"
 #include "../test.h"
 
-#if __has_include("kmem/slab.c")
-const void *volatile link_slab = &slab_design;
-#endif
-#if __has_include("kmem/slub.c")
-const void *volatile link_slub = &slub_design;
-#endif
-#if __has_include("kmem/slob.c")
-const void *volatile link_slob = &slob_design;
-#endif
-#if __has_include("kmem/slqb.c")
-const void *volatile link_slqb = &slqb_design;
-#endif
 
 #define NTHREADS 4
 #define MAGIC 0x5eed5eedu

@@ -14,23 +14,8 @@
 #include <sys/resource.h>
 #include <slabkit/slabkit.h>
 #include "kmem/cache.h"
-#include "../test.h"
+#include "../kmem_test.h"
 
-/* The core refers to the designs weakly, and a static archive member is only
- * linked when something refers to it strongly: refer to every design whose
- * source exists, so SLABKIT_DESIGN can pick any of them. */
-#if __has_include("kmem/slab.c")
-const void *volatile link_slab = &slab_design;
-#endif
-#if __has_include("kmem/slub.c")
-const void *volatile link_slub = &slub_design;
-#endif
-#if __has_include("kmem/slob.c")
-const void *volatile link_slob = &slob_design;
-#endif
-#if __has_include("kmem/slqb.c")
-const void *volatile link_slqb = &slqb_design;
-#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -241,26 +226,6 @@ static void test_no_overlap(void)
 
 /* --- Statistics ------------------------------------------------------------------ */
 
-struct find { const char *name; struct slabkit_cache_stats st; int found; };
-
-static void find_cb(const struct slabkit_cache_stats *st, void *arg)
-{
-    struct find *f = arg;
-    if (strcmp(st->name, f->name) == 0) {
-        f->st = *st;
-        f->found++;
-    }
-}
-
-static struct slabkit_cache_stats stats_of(const char *name)
-{
-    struct find f;
-    memset(&f, 0, sizeof f);
-    f.name = name;
-    slabkit_cache_foreach(find_cb, &f);
-    CHECK(f.found == 1, "cache %s found %d times", name, f.found);
-    return f.st;
-}
 
 struct stats_arg { kmem_cache_t *cp; void **keep; int nkeep; };
 

@@ -6,7 +6,7 @@
  * on every free, kmalloc's header keeps objects aligned, whole-page cache
  * objects, the always-on checks (double free, invalid pointers), statistics. */
 #include <pthread.h>
-#include "../test.h"
+#include "../kmem_test.h"
 #include "kmem/cache.h"
 #include "kmem/slob.h"
 #include "page/page.h"
@@ -251,15 +251,6 @@ static void test_big_objects(void)
 }
 
 /* slabinfo numbers are exact: allocs, frees, active. */
-struct find { const char *name; struct slabkit_cache_stats st; int found; };
-static void find_cb(const struct slabkit_cache_stats *st, void *arg)
-{
-    struct find *f = arg;
-    if (strcmp(st->name, f->name) == 0) {
-        f->st = *st;
-        f->found++;
-    }
-}
 
 static void test_stats(void)
 {
@@ -269,11 +260,7 @@ static void test_stats(void)
         o[i] = kmem_cache_alloc(cp, KM_SLEEP);
     for (int i = 0; i < 12; i++)
         kmem_cache_free(cp, o[i]);
-    struct find f;
-    memset(&f, 0, sizeof f);
-    f.name = "tstats";
-    slabkit_cache_foreach(find_cb, &f);
-    CHECK(f.found == 1, "f.found == 1");
+    struct stats_find f = { .st = stats_of("tstats"), .found = 1 };
     CHECK(f.st.allocs == 30 && f.st.frees == 12 && f.st.active_objs == 18 && f.st.num_objs == 18,
           "allocs %lu frees %lu active %lu", (unsigned long)f.st.allocs, (unsigned long)f.st.frees,
           (unsigned long)f.st.active_objs);

@@ -9,30 +9,12 @@
  * slabs go back; free pointers obfuscated, ctor'd objects never written while
  * free; double frees (LIFO, remote list) and interior pointers abort. */
 #include <pthread.h>
-#include "../test.h"
+#include "../kmem_test.h"
 #include "kmem/cache.h"
 #include "kmem/slqb.h"
 #include "page/page.h"
 #include "slabkit/slabkit.h"
 
-static struct slabkit_cache_stats found;
-static bool found_ok;
-
-static void find_cb(const struct slabkit_cache_stats *st, void *arg)
-{
-    if (strcmp(st->name, (const char *)arg) == 0) {
-        found = *st;
-        found_ok = true;
-    }
-}
-
-static struct slabkit_cache_stats cache_stats(const char *name)
-{
-    found_ok = false;
-    slabkit_cache_foreach(find_cb, (void *)name);
-    REQUIRE(found_ok, "cache %s not in the statistics", name);
-    return found;
-}
 
 static uint32_t expect_freebatch(size_t size)
 {
@@ -53,7 +35,7 @@ static void test_formulas(void)
         snprintf(name, sizeof name, "slqb-f%zu", sizes[i]);
         kmem_cache_t *cp = kmem_cache_create(name, sizes[i], 0, NULL, NULL);
         REQUIRE(cp, "kmem_cache_create failed");
-        struct slabkit_cache_stats st = cache_stats(name);
+        struct slabkit_cache_stats st = stats_of(name);
         CHECK(st.buffer_size >= sizes[i] && st.buffer_size % 8 == 0, "%s: buffer %zu", name, st.buffer_size);
         uint32_t fb = expect_freebatch(st.buffer_size);
         CHECK(st.batchcount == fb, "%s: batchcount %u, expected freebatch %u", name, st.batchcount, fb);
@@ -67,8 +49,8 @@ static void test_formulas(void)
     kmem_cache_t *a = kmem_cache_create("slqb-k64", 64, 0, NULL, NULL);
     kmem_cache_t *b = kmem_cache_create("slqb-k4096", 4096, 0, NULL, NULL);
     kmem_cache_t *c = kmem_cache_create("slqb-k8", 8, 0, NULL, NULL);
-    struct slabkit_cache_stats s64 = cache_stats("slqb-k64"), s4k = cache_stats("slqb-k4096"),
-                               s8 = cache_stats("slqb-k8");
+    struct slabkit_cache_stats s64 = stats_of("slqb-k64"), s4k = stats_of("slqb-k4096"),
+                               s8 = stats_of("slqb-k8");
     CHECK(s64.batchcount == 256 && s64.limit == 1024, "64 B: %u/%u", s64.batchcount, s64.limit);
     CHECK(s4k.batchcount == 64 && s4k.limit == 256, "4 KiB: %u/%u", s4k.batchcount, s4k.limit);
     CHECK(s8.batchcount == 2048 && s8.limit == 8192, "8 B: %u/%u", s8.batchcount, s8.limit);
@@ -93,19 +75,19 @@ static void test_flush_at_hiwater(void)
         objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
         REQUIRE(objs[i], "allocation failed");
     }
-    struct slabkit_cache_stats st = cache_stats("slqb-flush");
+    struct slabkit_cache_stats st = stats_of("slqb-flush");
     CHECK(st.cached_objs == 0 && st.active_objs == n, "cached %lu active %lu",
           (unsigned long)st.cached_objs, (unsigned long)st.active_objs);
     uint64_t flushes0 = p.flushes;
     for (size_t i = 0; i < hw; i++)
         kmem_cache_free(cp, objs[i]);
-    st = cache_stats("slqb-flush");
+    st = stats_of("slqb-flush");
     slqb_probe(cp, true, &p);
     CHECK(st.cached_objs == hw, "after hiwater frees: cached %lu, expected %u", (unsigned long)st.cached_objs, hw);
     CHECK(p.lifo == hw && p.flushes == flushes0, "lifo %lu flushes %lu", (unsigned long)p.lifo,
           (unsigned long)p.flushes);
     kmem_cache_free(cp, objs[hw]);        /* LIFO exceeds hiwater: one flush of freebatch */
-    st = cache_stats("slqb-flush");
+    st = stats_of("slqb-flush");
     slqb_probe(cp, true, &p);
     CHECK(st.cached_objs == hw + 1 - fb, "after one more: cached %lu, expected %u",
           (unsigned long)st.cached_objs, hw + 1 - fb);
@@ -116,7 +98,7 @@ static void test_flush_at_hiwater(void)
     uint64_t slabs = st.num_slabs;
     for (size_t i = 0; i < hw + 1 - fb; i++)
         objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
-    st = cache_stats("slqb-flush");
+    st = stats_of("slqb-flush");
     CHECK(st.cached_objs == 0 && st.num_slabs == slabs, "cached %lu slabs %lu->%lu",
           (unsigned long)st.cached_objs, (unsigned long)slabs, (unsigned long)st.num_slabs);
     for (size_t i = 0; i < hw + 1 - fb; i++)
@@ -180,7 +162,7 @@ static void test_remote_batches(void)
     CHECK(p.rlist == fb - 1 && p.remote_queued == fb && p.remote_batches == 1,
           "second batch filling: rlist %lu queued %lu batches %lu", (unsigned long)p.rlist,
           (unsigned long)p.remote_queued, (unsigned long)p.remote_batches);
-    struct slabkit_cache_stats st = cache_stats("slqb-remote");
+    struct slabkit_cache_stats st = stats_of("slqb-remote");
     CHECK(st.cached_objs == 2 * (uint64_t)fb - 1 && st.active_objs == x.n - (2 * (size_t)fb - 1),
           "cached %lu active %lu", (unsigned long)st.cached_objs, (unsigned long)st.active_objs);
     pthread_barrier_wait(&x.bar);        /* 2: the owner allocates */
@@ -200,7 +182,7 @@ static void test_remote_batches(void)
     for (size_t i = 2 * (size_t)fb - 1; i < x.n; i++)
         kmem_cache_free(x.cp, x.objs[i]);
     kmem_reap();                         /* flushes main's queues: re-routed to the orphan slabs */
-    st = cache_stats("slqb-remote");
+    st = stats_of("slqb-remote");
     CHECK(st.active_objs == 0 && st.cached_objs == 0 && st.num_slabs == 0,
           "after reap: active %lu cached %lu slabs %lu", (unsigned long)st.active_objs,
           (unsigned long)st.cached_objs, (unsigned long)st.num_slabs);
@@ -259,7 +241,7 @@ static void test_thread_exit(void)
     pthread_t t;
     pthread_create(&t, NULL, exit_worker, &x);
     pthread_join(t, NULL);
-    struct slabkit_cache_stats st = cache_stats("slqb-exit");
+    struct slabkit_cache_stats st = stats_of("slqb-exit");
     CHECK(st.active_objs == EXIT_N - EXIT_KEPT, "active %lu", (unsigned long)st.active_objs);
     CHECK(st.cached_objs == 0, "the exited thread's queues still hold %lu", (unsigned long)st.cached_objs);
     CHECK(st.allocs == EXIT_N && st.frees == EXIT_KEPT, "allocs %lu frees %lu", (unsigned long)st.allocs,
@@ -275,7 +257,7 @@ static void test_thread_exit(void)
         kmem_cache_free(x.cp, x.objs[i]);
     }
     CHECK(bad == 0, "%u objects changed while their thread exited", bad);
-    st = cache_stats("slqb-exit");
+    st = stats_of("slqb-exit");
     CHECK(st.active_objs == 0 && st.num_slabs == 0 && st.cached_objs == 0,
           "after freeing orphans: active %lu slabs %lu cached %lu", (unsigned long)st.active_objs,
           (unsigned long)st.num_slabs, (unsigned long)st.cached_objs);
@@ -291,7 +273,7 @@ static void test_thread_exit(void)
         kmem_cache_free(x.cp, x.objs[i]);
     }
     kmem_reap();
-    st = cache_stats("slqb-exit");
+    st = stats_of("slqb-exit");
     CHECK(st.active_objs == 0 && st.num_slabs == 0, "active %lu slabs %lu", (unsigned long)st.active_objs,
           (unsigned long)st.num_slabs);
     kmem_cache_destroy(x.cp);
@@ -343,7 +325,7 @@ static void test_exited_thread_path(void)
           (unsigned long)late_probe.dead_lists);
     CHECK(late_probe.remote_queued == 1, "main's object not on main's remote_free queue (%lu)",
           (unsigned long)late_probe.remote_queued);
-    struct slabkit_cache_stats st = cache_stats("slqb-late");
+    struct slabkit_cache_stats st = stats_of("slqb-late");
     CHECK(st.active_objs == 50 && st.allocs == 102 && st.frees == 52, "active %lu allocs %lu frees %lu",
           (unsigned long)st.active_objs, (unsigned long)st.allocs, (unsigned long)st.frees);
     unsigned bad = 0;
@@ -354,7 +336,7 @@ static void test_exited_thread_path(void)
     }
     CHECK(bad == 0, "%u objects allocated on the shared path were damaged", bad);
     kmem_reap();
-    st = cache_stats("slqb-late");
+    st = stats_of("slqb-late");
     CHECK(st.active_objs == 0 && st.num_slabs == 0 && st.cached_objs == 0, "active %lu slabs %lu cached %lu",
           (unsigned long)st.active_objs, (unsigned long)st.num_slabs, (unsigned long)st.cached_objs);
     pthread_key_delete(late_key);
@@ -371,12 +353,12 @@ static void test_reap(void)
         objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
     for (size_t i = 0; i < ARRAY_SIZE(objs); i++)
         kmem_cache_free(cp, objs[i]);
-    struct slabkit_cache_stats st = cache_stats("slqb-reap");
+    struct slabkit_cache_stats st = stats_of("slqb-reap");
     CHECK(st.cached_objs > 0 && st.cached_objs <= st.limit && st.num_slabs > 0, "cached %lu limit %u slabs %lu",
           (unsigned long)st.cached_objs, st.limit, (unsigned long)st.num_slabs);
     CHECK(st.active_slabs == 0 && st.active_objs == 0, "active slabs %lu", (unsigned long)st.active_slabs);
     size_t bytes = kmem_reap();
-    st = cache_stats("slqb-reap");
+    st = stats_of("slqb-reap");
     CHECK(st.cached_objs == 0 && st.num_slabs == 0, "after reap: cached %lu slabs %lu",
           (unsigned long)st.cached_objs, (unsigned long)st.num_slabs);
     CHECK(bytes > 0, "kmem_reap released nothing");
