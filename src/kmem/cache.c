@@ -43,6 +43,8 @@ const uint32_t kmalloc_sizes[KMALLOC_CLASSES] = {
 };
 struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];
 uint8_t kmalloc_index_small[(1024 >> 3) + 1];
+struct kmem_cache *kmalloc_cache_small[(1024 >> 3) + 1];
+struct kmem_cache *kmalloc_cache_mid[(KMALLOC_MAX >> 8) + 1];
 
 unsigned kmalloc_index_slow(size_t size)
 {
@@ -58,6 +60,16 @@ static size_t kmalloc_align(size_t size)
 {
     size_t a = size & -size;
     return a > PAGE_SIZE ? PAGE_SIZE : a;
+}
+
+/* Fill the kmem_alloc lookup tables (cache.h), last in start-up: a reader
+ * that sees an entry sees a finished cache. */
+static void size_tables_init(void)
+{
+    for (size_t i = 0; i < ARRAY_SIZE(kmalloc_cache_small); i++)
+        __atomic_store_n(&kmalloc_cache_small[i], kmalloc_caches[kmalloc_index(i << 3)], __ATOMIC_RELEASE);
+    for (size_t i = (1024 >> 8) + 1; i < ARRAY_SIZE(kmalloc_cache_mid); i++)
+        __atomic_store_n(&kmalloc_cache_mid[i], kmalloc_caches[kmalloc_index(i << 8)], __ATOMIC_RELEASE);
 }
 
 static void size_classes_init(void)
@@ -105,6 +117,15 @@ static struct kmem_cache *cache_create(const char *name, size_t size, size_t ali
                                        void (*ctor)(void *, size_t), void (*dtor)(void *, size_t),
                                        unsigned flags);
 
+static void *cache_alloc_checked_shim(struct kmem_cache *cp, int flags);
+
+/* free_desc for designs without one, and under the debug layer (whose free
+ * wrapper must see every free): a tail jump to free. */
+static void cache_free_desc_shim(struct kmem_cache *cp, void *obj, struct page_desc *d)
+{
+    sk_design.free(cp, obj);
+}
+
 void cache_init(void)
 {
     static int state;      /* 0 never, 1 in progress, 2 done */
@@ -127,6 +148,10 @@ void cache_init(void)
     bool generic = !sk_design.kmalloc;
     if (sk_opt.debug)
         debug_install();               /* wraps sk_design: before any cache exists */
+    if (!sk_design.free_desc || sk_opt.debug)
+        sk_design.free_desc = cache_free_desc_shim;
+    if (!sk_design.alloc_checked || sk_opt.debug)
+        sk_design.alloc_checked = cache_alloc_checked_shim;
     if (generic) {
         for (unsigned i = 0; i < KMALLOC_CLASSES; i++) {
             char name[CACHE_NAME_LEN];
@@ -137,6 +162,8 @@ void cache_init(void)
                 sk_fatal("cannot create the generic cache %s", name);
         }
     }
+    if (generic && !sk_design.kmalloc)
+        size_tables_init();            /* not when SLOB or the debug layer serve kmalloc */
     page_set_reclaim_hook(cache_reap_all_urgent);
     fork_hooks_install();
     if (sk_opt.stats)
@@ -157,6 +184,8 @@ static struct kmem_cache *cache_create(const char *name, size_t size, size_t ali
     struct kmem_cache *cp = cache_internal_alloc(sizeof *cp + sk_design.cache_priv_size);
     if (!cp)
         return NULL;
+    if ((uintptr_t)cp & 7)              /* cache_alloc_checked_shim keeps a flag in the low bits */
+        sk_fatal("kmem_cache_create(%s): internal allocator returned a misaligned cache", name);
     cp->size = size;
     cp->object_size = size;
     cp->user_ctor = ctor;
@@ -283,7 +312,8 @@ void cache_thread_exit(struct sk_thread *t)
 
 /* --- Allocation through a cache ----------------------------------------- */
 
-SK_COLD static void *cache_alloc_failed(struct kmem_cache *cp, int flags)
+/* The design's alloc returned NULL (see cache.h). */
+SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags)
 {
     if (flags & KM_NOSLEEP) {
         __atomic_fetch_add(&cp->failures, 1, __ATOMIC_RELAXED);
@@ -297,17 +327,51 @@ SK_COLD static void *cache_alloc_failed(struct kmem_cache *cp, int flags)
     return p;
 }
 
-SK_API void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
+/* alloc_checked for designs without one, and under the debug layer.  Only
+ * KM_NOSLEEP matters after a failure, so it is kept with cp in one register
+ * across the call: key = cp | (flags & KM_NOSLEEP) (a cache is at least
+ * 8-aligned, checked in cache_create); the empty asm makes the compiler form
+ * it before the call instead of keeping cp and flags both. */
+#define KEY_FLAGS KM_NOSLEEP
+SK_COLD SK_NOINLINE static void *cache_alloc_failed_key(uintptr_t key)
 {
+    return cache_alloc_failed((struct kmem_cache *)(key & ~(uintptr_t)KEY_FLAGS), (int)(key & KEY_FLAGS));
+}
+
+static void *cache_alloc_checked_shim(struct kmem_cache *cp, int flags)
+{
+    uintptr_t key = (uintptr_t)cp | (unsigned)(flags & KEY_FLAGS);
+    __asm__("" : "+r"(key));
     void *p = sk_design.alloc(cp, flags);
     if (unlikely(!p))
-        return cache_alloc_failed(cp, flags);
+        return cache_alloc_failed_key(key);
     return p;
 }
 
+/* One indirect jump: the design's alloc_checked, or the shim above. */
+SK_API void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
+{
+    return sk_design.alloc_checked(cp, flags);
+}
+
+/* Fast path: one region_map load and two compares on the descriptor, then a
+ * tail call to the design.  NULL (region_map[0] is always 0), SLOB pages and
+ * bad pointers all take the slow path below. */
+SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf);
+
 SK_API void kmem_cache_free(kmem_cache_t *cp, void *buf)
 {
-    if (unlikely(!buf))
+    struct page_desc *d;
+    if (likely(cache_desc_lookup(buf, &d)) && likely(d->cache == cp && d->kind == PAGE_SLAB)) {
+        sk_design.free_desc(cp, buf, d);
+        return;
+    }
+    kmem_cache_free_slow(cp, buf);
+}
+
+SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf)
+{
+    if (!buf)
         return;
     struct page_desc *d = page_desc_of(buf);
     if (likely(d && d->kind == PAGE_SLAB && d->cache == cp)) {
@@ -431,7 +495,7 @@ void cache_kfree(void *p)
     struct page_desc *d = page_desc_of(p);
     if (likely(d != NULL)) {
         if (likely(d->kind == PAGE_SLAB)) {
-            sk_design.free(d->cache, p);
+            sk_design.free_desc(d->cache, p, d);
             return;
         }
         if (d->kind == PAGE_LARGE && p == page_address(d)) {
@@ -458,7 +522,20 @@ void cache_kfree(void *p)
     kfree_bad(p);
 }
 
+SK_NOINLINE static void *kmem_alloc_slow(size_t size, int flags);
+
+/* Fast path: one table load (NULL until ready, and with SLOB or the debug
+ * layer), then a tail call to the design's alloc_checked, which settles a
+ * failure as kmem_cache_alloc does (the old path went through it too). */
 SK_API void *kmem_alloc(size_t size, int flags)
+{
+    struct kmem_cache *cp = kmalloc_cache_fast(size);
+    if (likely(cp != NULL))
+        return sk_design.alloc_checked(cp, flags);
+    return kmem_alloc_slow(size, flags);
+}
+
+SK_NOINLINE static void *kmem_alloc_slow(size_t size, int flags)
 {
     cache_init();
     void *p = cache_kmalloc(size, 0, flags);
@@ -479,18 +556,30 @@ SK_API void *kmem_zalloc(size_t size, int flags)
     return p;
 }
 
+SK_NOINLINE static void kmem_free_slow(void *buf, size_t size);
+
+/* Fast path: a generic-cache buffer given back with a size of its class: the
+ * class by table, one descriptor lookup, two compares, a tail call.  The
+ * table is NULL under SLOB and the debug layer (which checks exact sizes), and
+ * a slab page's cache is never NULL, so those never match here.  NULL and
+ * everything else take the checks of the slow path. */
 SK_API void kmem_free(void *buf, size_t size)
+{
+    struct page_desc *d;
+    if (likely(cache_desc_lookup(buf, &d))) {
+        struct kmem_cache *cp = kmalloc_cache_fast(size);
+        if (likely(d->cache == cp && d->kind == PAGE_SLAB)) {
+            sk_design.free_desc(cp, buf, d);
+            return;
+        }
+    }
+    kmem_free_slow(buf, size);
+}
+
+SK_NOINLINE static void kmem_free_slow(void *buf, size_t size)
 {
     if (!buf)
         return;
-    /* Fast path: a generic-cache buffer given back with a size of its class
-     * (one descriptor lookup; everything else takes the checks below). */
-    struct page_desc *fd = page_desc_of(buf);
-    if (likely(fd && fd->kind == PAGE_SLAB && size - 1 < KMALLOC_MAX &&
-               kmalloc_caches[kmalloc_index(size)] == fd->cache)) {
-        sk_design.free(fd->cache, buf);
-        return;
-    }
     /* Bonwick's interface passes the size back: check it names the same
      * class the buffer came from. */
     size_t have = cache_ksize(buf);

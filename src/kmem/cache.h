@@ -92,9 +92,25 @@ struct design_ops {
     void *(*kmalloc)(size_t size, size_t align, int flags);
     void  (*kfree)(void *p);
     size_t (*ksize)(const void *p);
+
+    /* Optional: free, given the page descriptor the caller already looked up
+     * (d is the descriptor of obj's frame, d->kind == PAGE_SLAB, d->cache ==
+     * cp), so the design need not look it up again.  The core's fast free
+     * paths (kmem_cache_free, kmem_free, cache_kfree, malloc's free) call
+     * sk_design.free_desc; when a design leaves it NULL (or the debug layer
+     * wraps free) cache_init points it at a one-jump shim to free. */
+    void  (*free_desc)(struct kmem_cache *cp, void *obj, struct page_desc *d);
+
+    /* Optional: alloc that settles its own failures: where it would return
+     * NULL it returns cache_alloc_failed(cp, flags) instead (counts the
+     * failure for KM_NOSLEEP; reaps, retries and reports for KM_SLEEP), so
+     * kmem_cache_alloc is one indirect jump to it.  When a design leaves it
+     * NULL (or the debug layer wraps alloc) cache_init points it at a shim
+     * that calls alloc and does the same. */
+    void *(*alloc_checked)(struct kmem_cache *cp, int flags);
 };
 
-extern struct design_ops sk_design;      /* the active design (a copy) */
+extern struct design_ops sk_design __attribute__((visibility("hidden")));  /* the active design (a copy) */
 extern struct sk_lock cache_list_lock;
 extern struct kmem_cache *cache_list;
 
@@ -120,6 +136,39 @@ SK_INLINE unsigned kmalloc_index(size_t size)
     if (likely(size <= 1024))
         return kmalloc_index_small[(size + 7) >> 3];
     return kmalloc_index_slow(size);
+}
+
+/* The generic cache for a kmem_alloc(size) with no alignment, by table: sizes
+ * <= 1024 in 8-byte steps, then 256-byte steps to KMALLOC_MAX (every class
+ * above 1024 is a multiple of 256).  One load instead of index + cache load.
+ * Entries stay NULL until the core is ready and whenever kmalloc is overridden
+ * (SLOB, the debug layer): a NULL entry sends the caller to its slow path, so
+ * "not ready" costs the fast path nothing beyond the table load. */
+extern struct kmem_cache *kmalloc_cache_small[(1024 >> 3) + 1] __attribute__((visibility("hidden")));
+extern struct kmem_cache *kmalloc_cache_mid[(KMALLOC_MAX >> 8) + 1] __attribute__((visibility("hidden")));
+
+SK_INLINE struct kmem_cache *kmalloc_cache_fast(size_t size)
+{
+    if (likely(size <= 1024))
+        return kmalloc_cache_small[(size + 7) >> 3];
+    if (size <= KMALLOC_MAX)
+        return kmalloc_cache_mid[(size + 255) >> 8];
+    return NULL;
+}
+
+/* page_desc_of for fast paths: true and *dp set when p lies in one of our
+ * regions (not a huge mapping).  Written as a predicate so the caller's
+ * branches fold: page_desc_of's NULL return would be tested a second time. */
+SK_INLINE bool cache_desc_lookup(const void *p, struct page_desc **dp)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (unlikely(a >> ADDRESS_BITS))
+        return false;
+    uintptr_t base = region_map[a >> REGION_SHIFT];
+    if (unlikely(base == 0 || (base & 1)))
+        return false;
+    *dp = (struct page_desc *)base + ((a & REGION_MASK) >> PAGE_SHIFT);
+    return true;
 }
 
 /* kmalloc family: any size; generic caches up to KMALLOC_MAX, page layer
@@ -167,6 +216,11 @@ size_t cache_reap_all(void);
  * gentle form. */
 extern int cache_reap_urgent;
 size_t cache_reap_all_urgent(void);
+
+/* alloc returned NULL for cp: KM_NOSLEEP counts the failure and returns NULL;
+ * KM_SLEEP reaps every cache, retries once, and reports and aborts if the OS
+ * still refuses.  For designs' alloc_checked (a tail call from their slow path). */
+SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags);
 
 /* Reporting helpers for designs (all abort). */
 SK_NORETURN SK_COLD void cache_bad_free(struct kmem_cache *cp, const void *p, const char *what);

@@ -568,6 +568,23 @@ void debug_note_free(const void *p)
 
 /* --- The wrapped operations --------------------------------------------- */
 
+/* The cache this thread is allocating from (a design makes new slabs only
+ * inside its alloc). */
+static __thread struct kmem_cache *alloc_cache __attribute__((tls_model("initial-exec")));
+
+/* Runs on each object of a new slab: wipes the trailer.  The slab's pages may
+ * have held this same cache's slab before (at the same base) and then another
+ * cache's objects, which rewrote the body but not the old trailer: left
+ * alone, that stale FREE trailer would still validate (address, state and
+ * cache key all match) and the poison check at allocation would report the
+ * other cache's data as a write after free. */
+static void dbg_slab_ctor(void *obj, size_t size)
+{
+    struct kmem_cache *cp = alloc_cache;
+    if (cp && cp->object_size == size)
+        memset((char *)obj + cp->size - TRAILER, 0, TRAILER);
+}
+
 static int dbg_cache_init(struct kmem_cache *cp)
 {
     if (cp->flags & CACHE_INTERNAL)
@@ -576,7 +593,12 @@ static int dbg_cache_init(struct kmem_cache *cp)
     cp->ctor = NULL;              /* constructed at allocation, destructed at free */
     cp->dtor = NULL;
     cp->flags |= CACHE_FREEPTR_OUTSIDE;
-    return real.cache_init(cp);
+    int r = real.cache_init(cp);
+    /* Set after the design laid the cache out, so the layout is unchanged:
+     * the designs run the ctor on every object of a new slab only. */
+    if (r == 0 && stable_objects)
+        cp->ctor = dbg_slab_ctor;
+    return r;
 }
 
 void debug_cache_destroy(struct kmem_cache *cp)
@@ -587,7 +609,9 @@ void debug_cache_destroy(struct kmem_cache *cp)
 
 static void *dbg_alloc(struct kmem_cache *cp, int flags)
 {
+    alloc_cache = cp;
     void *p = real.alloc(cp, flags);
+    alloc_cache = NULL;
     if (!p || !cp->debug)
         return p;
     on_alloc(cp, p, cp->size, cp->object_size, stable_objects);

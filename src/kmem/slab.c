@@ -30,33 +30,52 @@
  *    from the slab layer under one lock hold.  Free is the mirror image (a new
  *    empty magazine is made when the depot has none).  Magazine size by
  *    buffer size (Solaris kmem_magtype[]), grown when the depot lock was
- *    contended more than 3 times in a working-set interval.
+ *    contended more than 3 times in a working-set interval.  Hostage memory:
+ *    an idle thread holds at most 2 magazines per cache (loaded + previous,
+ *    2 * 63 rounds at most); nothing else is per thread, and thread exit
+ *    hands both to the depot.
  * 5. Working set (Solaris kmem_depot_ws_*): each depot list keeps the minimum
- *    count seen in the current 15-second interval; at the next interval that
- *    minimum becomes the reap limit.  reap() frees min(limit, min) magazines
- *    of each list (rounds go back to their slabs) and every completely free
- *    slab beyond a reserve of one.  While cache_reap_urgent > 0 (memory is
- *    short: KM_SLEEP retry, page-layer reclaim hook) the working set is
- *    ignored: the whole depot and every free slab go.  The clock is
- *    CLOCK_MONOTONIC_COARSE, read on slow paths only; there is no thread.
- * 6. Checks (always on).  Free fast path: the object's offset in its slab is a
- *    multiple of bufsize below nobjs*bufsize (one multiply by the modular
- *    inverse and a rotate, Hacker's Delight 10-17: no division), and it is not
- *    the round on top of the loaded magazine (immediate double free).  Slab
- *    layer: small — not the head of the slab's free list, slab not already
- *    empty; large — the buffer's bufctl must be in the hash (exact).
+ *    count seen in the current interval; at the next interval that minimum
+ *    becomes the reap limit.  A reap frees min(limit, min) magazines of each
+ *    list (rounds go back to their slabs) and every completely free slab
+ *    beyond a reserve of one.  The interval is SLABKIT_RETURN_DELAY_MS
+ *    (sk_opt.return_delay_ms, at least WS_MIN_MS), so freed memory goes back
+ *    on the same schedule as the page layer's free pages (Solaris used 15 s).
+ *    The window is advanced every half interval (minimum over the last two
+ *    halves), so a magazine idle for one whole interval reaches the page
+ *    layer within 1.5 intervals of its last use.  (The contention count that
+ *    grows magazines is per half interval too.)
+ *    The timed reap needs no thread: every slow path (and the page layer's
+ *    purge check, through its tick hook) reads the coarse clock and, once the
+ *    global interval has passed, walks every cache (cache_list, taken with
+ *    lock_try only) and reaps each — a cache that went idle is never touched
+ *    again, so its own slow paths could not do it.  kmem_reap() does the same
+ *    reap at once.  While cache_reap_urgent > 0 (malloc_trim, KM_SLEEP retry,
+ *    page-layer reclaim hook) the working set is ignored: the whole depot and
+ *    every free slab go (destructed), and cache_reap_all then purges pages.
+ * 6. Checks (HARDENED, on unless -DSLABKIT_NO_HARDENING).  Free fast path: the
+ *    object's offset in its slab is a multiple of bufsize below
+ *    nobjs*bufsize (one multiply by the modular inverse and a rotate, Hacker's
+ *    Delight 10-17: no division), and it is not the round on top of the
+ *    loaded magazine (immediate double free).  Slab layer: small — not the
+ *    head of the slab's free list, slab not already empty; large — the
+ *    buffer's bufctl must be in the hash (exact, always on: it is needed to
+ *    find the bufctl anyway).
  *
  * Locking.  sc->lock (slab layer: slab list, counters, hash) and
  * depot.lock (depot lists, magazine size) are leaves and are never held
  * together; neither is held while calling page_alloc/page_free,
  * cache_internal_alloc/free, a constructor or a destructor.  Both come after
- * cache_list_lock and thread_list_lock (stats, thread_exit).  Per-thread
+ * cache_list_lock and thread_list_lock (stats, thread_exit, the timed walk);
+ * the timed walk is started only where no SLAB lock is held, and takes
+ * cache_list_lock with lock_try (so a slow path never waits for it).  Per-thread
  * state (struct slab_cpu) is touched only by its thread, or by thread_exit
  * once the thread is gone. */
 #include <string.h>
-#include <time.h>
 #include "cache.h"
+#include "../core/options.h"
 #include "../core/report.h"
+#include "../os/os.h"
 
 /* --- Data structures ------------------------------------------------------ */
 
@@ -77,15 +96,26 @@ struct bufctl {                    /* large objects only */
 
 struct magazine {
     struct magazine *next;         /* depot list */
-    uint32_t rounds, cap;          /* cap 0: the shared placeholder, never written */
+    uint32_t cap, rounds;          /* cap 0: the shared placeholder, never written */
     void *round[];
 };
+/* The word before round[0] holds cap in its low half and rounds (0 when we
+ * read it as the "top" of an empty magazine) in its high half: as a pointer
+ * it is at most 63, never a buffer, so the double-free check reads "the top
+ * round" without testing for an empty magazine first. */
+_Static_assert(offsetof(struct magazine, round) == offsetof(struct magazine, cap) + sizeof(void *),
+               "cap and rounds make the word before round[0]");
+SK_INLINE void *mag_top(const struct magazine *m, uint32_t r)
+{
+    return *(void *const *)((uintptr_t)m->round + (uintptr_t)r * sizeof(void *) - sizeof(void *));
+}
 
 struct maglist {
     struct magazine *head;
     long total;                    /* magazines on the list */
-    long min;                      /* fewest seen in the current interval */
-    long reaplimit;                /* min of the previous interval: idle, may be reaped */
+    long min;                      /* fewest seen in the current half-interval */
+    long prev_min;                 /* fewest seen in the half before it */
+    long reaplimit;                /* fewest over the last whole interval: idle, may be reaped */
 };
 
 struct depot {
@@ -93,7 +123,7 @@ struct depot {
     unsigned magtype;              /* index into mag_types: rounds of new magazines */
     struct maglist full, empty;
     uint64_t contention;           /* lock_try failures this interval */
-    uint64_t interval_start;       /* ms, CLOCK_MONOTONIC_COARSE */
+    uint64_t interval_start;       /* ms, os_now_ms() */
 };
 
 struct slab_cpu {                  /* one per thread per cache */
@@ -141,8 +171,10 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
 /* Solaris kmem_depot_contention: more lock_try failures than this in one
  * interval grow the magazines. */
 #define DEPOT_CONTENTION 3
-/* Solaris kmem_reap_interval: the working-set interval, 15 s. */
-#define WS_INTERVAL_MS 15000
+/* The working-set interval is sk_opt.return_delay_ms (Solaris
+ * kmem_reap_interval was 15 s), but never shorter than the page layer's purge
+ * cadence (100 ms): the walk over every cache runs at most every 50 ms. */
+#define WS_MIN_MS 100
 /* Completely free slabs a non-urgent reap leaves to the cache. */
 #define SLAB_RESERVE 1
 #define HASH_MIN 64
@@ -151,11 +183,9 @@ static struct magazine mag_none;   /* cap 0: a thread's loaded/previous until it
 
 static inline struct slab_cache *SC(struct kmem_cache *cp) { return cache_priv(cp); }
 
-static uint64_t clock_ms(void)
+static uint64_t ws_interval_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return sk_opt.return_delay_ms > WS_MIN_MS ? sk_opt.return_delay_ms : WS_MIN_MS;
 }
 
 /* --- Reports ------------------------------------------------------------- */
@@ -187,15 +217,24 @@ SK_INLINE uint64_t buffer_index(const struct slab_cache *sc, uintptr_t off)
     return (x >> sc->shift) | (x << ((64 - sc->shift) & 63));   /* one ror */
 }
 
-SK_INLINE void check_start(struct kmem_cache *cp, struct slab_cache *sc, void *obj)
+/* obj's page descriptor.  The caller found obj on a PAGE_SLAB page of cp:
+ * its region exists, so page_desc_of's range checks can be skipped. */
+SK_INLINE struct page_desc *slab_desc(void *obj)
 {
-    /* The caller found obj on a PAGE_SLAB page of cp: its region exists, so
-     * page_desc_of's range checks can be skipped. */
     uintptr_t a = (uintptr_t)obj;
-    struct page_desc *d = (struct page_desc *)region_map[a >> REGION_SHIFT] + ((a & REGION_MASK) >> PAGE_SHIFT);
-    d = d->head;
-    if (unlikely(buffer_index(sc, (uintptr_t)obj - d->priv[1]) >= sc->nobjs))
-        report_interior(cp, obj);
+    return (struct page_desc *)region_map[a >> REGION_SHIFT] + ((a & REGION_MASK) >> PAGE_SHIFT);
+}
+
+/* True when obj (on the page of descriptor d) is not the start of a buffer. */
+SK_INLINE bool not_start_d(struct slab_cache *sc, void *obj, struct page_desc *d)
+{
+    return unlikely(buffer_index(sc, (uintptr_t)obj - d->head->priv[1]) >= sc->nobjs);
+}
+
+/* The same, looking the descriptor up (compiled out without HARDENED). */
+SK_INLINE bool not_start(struct slab_cache *sc, void *obj)
+{
+    return HARDENED && not_start_d(sc, obj, slab_desc(obj));
 }
 
 /* --- Large-object hash ---------------------------------------------------- */
@@ -401,7 +440,7 @@ static void slab_put(struct kmem_cache *cp, struct slab_cache *sc, void *buf)
     bool was_full;
     if (sc->small) {
         sp = (struct slab *)page_desc_of(buf)->head->priv[0];
-        if (unlikely(sp->inuse == 0 || sp->free == buf)) {
+        if (unlikely(sp->inuse == 0 || (HARDENED && sp->free == buf))) {
             lock_release(&sc->lock);
             report_double_free(cp, buf, "its slab's free list");
         }
@@ -506,16 +545,23 @@ static void mag_delete(struct magazine *m)
         cache_internal_free(m, mag_bytes(m->cap));
 }
 
-/* Solaris kmem_depot_ws_update, run lazily when an interval has passed. */
+/* Solaris kmem_depot_ws_update, run lazily (by the timed walk, or by a
+ * reap) every half interval: the reap limit is the minimum over the last two
+ * halves, i.e. over a whole interval, so a magazine idle for one interval
+ * goes at the next half-interval step (within 1.5 intervals of its last use,
+ * instead of 2 with whole-interval steps).  A window that was not closed for
+ * a whole interval covers the interval on its own.  Depot lock held. */
 static void depot_ws_update(struct depot *d, uint64_t now)
 {
-    if (now - d->interval_start < WS_INTERVAL_MS)
+    uint64_t interval = ws_interval_ms();
+    if (now - d->interval_start < interval / 2)
         return;
-    bool idle = now - d->interval_start >= 2 * WS_INTERVAL_MS;  /* a whole interval without a look */
+    bool whole = now - d->interval_start >= interval;
     struct maglist *lists[2] = { &d->full, &d->empty };
     for (int i = 0; i < 2; i++) {
         struct maglist *l = lists[i];
-        l->reaplimit = idle ? l->total : l->min;
+        l->reaplimit = whole || l->min < l->prev_min ? l->min : l->prev_min;
+        l->prev_min = l->min;
         l->min = l->total;
     }
     d->contention = 0;
@@ -579,9 +625,22 @@ static struct slab_cpu *cpu_get(struct kmem_cache *cp)
 
 /* --- Allocation ------------------------------------------------------------ */
 
+static uint64_t ws_last;           /* ms of the last timed walk over every cache */
+SK_NOINLINE SK_COLD static void ws_walk(uint64_t now, uint64_t last);
+
+/* The timed working-set reap, checked on every slow path (no SLAB lock held):
+ * one coarse-clock read and a compare. */
+SK_INLINE void ws_tick(uint64_t now)
+{
+    uint64_t last = __atomic_load_n(&ws_last, __ATOMIC_RELAXED);
+    if (unlikely(now - last >= ws_interval_ms() / 2))
+        ws_walk(now, last);
+}
+
 SK_NOINLINE static void *slab_alloc_slow(struct kmem_cache *cp, int flags)
 {
     struct slab_cache *sc = SC(cp);
+    ws_tick(os_now_ms());
     struct slab_cpu *cpu = cpu_get(cp);
     void *obj;
     if (unlikely(!cpu)) {
@@ -678,6 +737,9 @@ static void *slab_alloc(struct kmem_cache *cp, int flags)
 SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
 {
     struct slab_cache *sc = SC(cp);
+    if (HARDENED && not_start(sc, obj))
+        report_interior(cp, obj);
+    ws_tick(os_now_ms());
     struct slab_cpu *cpu = cpu_get(cp);
     if (unlikely(!cpu)) {
         slab_free_batch(cp, sc, &obj, 1);
@@ -689,7 +751,7 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
     for (;;) {
         struct magazine *m = cpu->loaded, *p = cpu->previous;
         uint32_t r = m->rounds;
-        if (r && m->round[r - 1] == obj)
+        if (HARDENED && mag_top(m, r) == obj)
             report_double_free(cp, obj, "on top of the thread's magazine");
         if (r < m->cap) {
             m->round[r] = obj;
@@ -737,26 +799,39 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
     cpu->frees++;
 }
 
-/* The fast path: check the pointer, push on the loaded magazine. */
-static void slab_free(struct kmem_cache *cp, void *obj)
+/* The fast path: check the pointer, push on the loaded magazine.  d is obj's
+ * page descriptor (unused without HARDENED).  A failed
+ * check goes to the slow path, which checks again and reports: every way out
+ * is a return or a jump, and no stack frame is set up for a report that never
+ * returns. */
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, struct page_desc *d)
 {
-    struct slab_cache *sc = SC(cp);
-    check_start(cp, sc, obj);
+    if (HARDENED && not_start_d(SC(cp), obj, d))
+        goto slow;
     struct slab_cpu *cpu = cpu_fast(cp);
     if (likely(cpu != NULL)) {
         struct magazine *m = cpu->loaded;
         uint32_t r = m->rounds;
         if (likely(r < m->cap)) {
-            if (unlikely(r && m->round[r - 1] == obj))
-                report_double_free(cp, obj, "on top of the thread's magazine");
+            if (HARDENED && unlikely(mag_top(m, r) == obj))
+                goto slow;
             m->round[r] = obj;
             m->rounds = r + 1;
             cpu->frees++;
             return;
         }
     }
+slow:
     slab_free_slow(cp, obj);
 }
+
+static void slab_free(struct kmem_cache *cp, void *obj)
+{
+    free_fast(cp, obj, HARDENED ? slab_desc(obj) : NULL);
+}
+
+/* The core's free paths have looked the descriptor up already. */
+static void slab_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d) { free_fast(cp, obj, d); }
 
 /* --- Cache set-up and tear-down --------------------------------------------- */
 
@@ -845,7 +920,7 @@ static int slab_cache_init(struct kmem_cache *cp)
     while (t + 1 < ARRAY_SIZE(mag_types) && bufsize <= mag_types[t].minbuf)
         t++;
     d->magtype = t;
-    d->interval_start = clock_ms();
+    d->interval_start = os_now_ms();
     return 0;
 }
 
@@ -917,14 +992,16 @@ static void slab_cache_fini(struct kmem_cache *cp)
 
 /* --- Reclaim ------------------------------------------------------------------ */
 
-static size_t slab_reap(struct kmem_cache *cp)
+/* Gives back the depot's magazines beyond the working set (all of them when
+ * urgent) and the free slabs beyond the reserve (all when urgent).  No SLAB
+ * lock held on entry. */
+static size_t reap_cache(struct kmem_cache *cp, bool urgent, uint64_t now)
 {
     struct slab_cache *sc = SC(cp);
     struct depot *d = &sc->depot;
-    bool urgent = __atomic_load_n(&cache_reap_urgent, __ATOMIC_RELAXED) > 0;
     struct magazine *victims = NULL, *m;
     lock_acquire(&d->lock);
-    depot_ws_update(d, clock_ms());
+    depot_ws_update(d, now);
     struct maglist *lists[2] = { &d->full, &d->empty };
     for (int i = 0; i < 2; i++) {
         struct maglist *l = lists[i];
@@ -951,6 +1028,43 @@ static size_t slab_reap(struct kmem_cache *cp)
     if (rescale)
         hash_rescale(cp, sc);
     return bytes;
+}
+
+static size_t slab_reap(struct kmem_cache *cp)
+{
+    bool urgent = __atomic_load_n(&cache_reap_urgent, __ATOMIC_RELAXED) > 0;
+    return reap_cache(cp, urgent, os_now_ms());
+}
+
+/* The timed walk: once per half interval, by whichever thread's slow path (or
+ * page-layer purge check) sees it due first.  cache_list_lock is only tried:
+ * if it is busy (a create, destroy, stats or a reap in progress — perhaps in
+ * this very thread, which may have come here from page_free inside a reap)
+ * the walk is left to a later slow path. */
+SK_NOINLINE SK_COLD static void ws_walk(uint64_t now, uint64_t last)
+{
+    if (!__atomic_compare_exchange_n(&ws_last, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return;                            /* another thread took this one */
+    if (!lock_try(&cache_list_lock)) {
+        __atomic_store_n(&ws_last, last, __ATOMIC_RELAXED);
+        return;
+    }
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
+        reap_cache(cp, false, now);
+    lock_release(&cache_list_lock);
+}
+
+/* The page layer calls this from its timed purge check (no page lock held):
+ * when the program only allocates pages or large blocks, SLAB's caches still
+ * give their idle memory back. */
+static void slab_page_tick(uint64_t now)
+{
+    ws_tick(now);
+}
+
+static void slab_init(void)
+{
+    page_set_tick_hook(slab_page_tick);
 }
 
 /* --- Threads, statistics, fork ---------------------------------------------- */
@@ -1068,11 +1182,12 @@ size_t slab_hash_info(struct kmem_cache *cp, size_t *rescales)
 const struct design_ops slab_design = {
     .name = "slab",
     .cache_priv_size = sizeof(struct slab_cache),
-    .init = NULL,
+    .init = slab_init,
     .cache_init = slab_cache_init,
     .cache_fini = slab_cache_fini,
     .alloc = slab_alloc,
     .free = slab_free,
+    .free_desc = slab_free_desc,
     .reap = slab_reap,
     .thread_exit = slab_thread_exit,
     .stats = slab_stats,

@@ -193,16 +193,17 @@ SK_NOINLINE void free_slow(void *p)
 
 /* --- glibc extras -------------------------------------------------------- */
 
-/* malloc_trim(pad): reaps every cache (free slabs beyond each design's working
- * set, idle per-thread layers the design allows) and purges the page layer's
- * free memory now (madvise per SLABKIT_RETURN).  pad is ignored: nothing is
- * kept "at the top" in slabkit.  Returns 1 if memory was released. */
+/* malloc_trim(pad): an urgent reap of every cache (every free slab, and the
+ * whole of SLAB's depot: glibc's trim keeps no working set either) and a purge
+ * of the page layer's free memory now (madvise per SLABKIT_RETURN).  pad is
+ * ignored: nothing is kept "at the top" in slabkit.  Returns 1 if memory was
+ * released.  kmem_reap() is the gentle form that honours working sets. */
 int malloc_trim_impl(size_t pad)
 {
     (void)pad;
     if (!malloc_ready && !malloc_init())
         return 0;
-    return cache_reap_all() > 0;
+    return cache_reap_all_urgent() > 0;
 }
 
 struct usage { uint64_t free_bytes, used_bytes, free_objs; };

@@ -19,19 +19,28 @@
  *  - a multi-frame block is an aligned run of 2^order set bits, searched a
  *    word at a time: for 2^k <= 32 frames, x &= x >> s (s = 1, 2, .. 2^(k-1))
  *    leaves bit i set iff frames i..i+2^k-1 are free, masked to aligned
- *    positions; for 64 frames or more, whole words of ones.  Freeing a block
- *    sets its bits: it dissolves into frames (no coalescing work).  Before
- *    searching, the space's few remembered recently freed runs (recent[],
- *    hints checked against the bits in O(1)) are tried: a program that frees
- *    and reallocates blocks of the same orders gets them back without a scan.
+ *    positions; for 64 frames or more, whole words of ones.  The search is
+ *    address-ordered first fit: oldest region first (the avail list is in
+ *    creation order), lowest run first within it, from a per-order lower
+ *    bound (low[k]: no run below) that only frees lower again, so memory
+ *    stays compact as a buddy's coalescing keeps it (a next-fit hint made
+ *    every round of a mass alloc/free program take fresh frames).  Freeing
+ *    a block sets its bits: it dissolves into frames (no coalescing work).
+ *  - fast path for orders 1..3: a per-space ring of freed blocks kept whole
+ *    (cache[]), newest handed out first, a larger one split if needed: the
+ *    common multi-frame alloc/free is an O(1) pop/push with no bitmap work.
+ *    Cached blocks count as free; they dissolve into frames when the ring
+ *    overflows, before a search fails, a purge pass, or statistics.  Then
+ *    remembered recently freed runs of the exact order (recent[], hints
+ *    checked against the bits), then first fit.
  *  - purged bits (frames madvised away) sit beside the free bits; aged bits
  *    are the free bits at the last purge pass (a run free at two passes
  *    return_delay_ms apart is given back).
  * Descriptors of free frames are not maintained (a freed head says PAGE_FREE,
  * pages.c clears the tails of freed blocks to PAGE_UNUSED): the bits are the
  * truth.  Counters: "merges" counts multi-frame blocks built from frames,
- * "splits" blocks dissolved into frames when freed; single frames never
- * touch either.
+ * "splits" blocks dissolved into frames (at free, or leaving the cache);
+ * single frames never touch either.
  *
  * Locking: a space's lock protects its lists, its regions' bitmaps and
  * counts.  Never two space locks at
@@ -42,8 +51,14 @@
 
 #define IB_MAX_SPACES 64
 #define IB_RECENT     8      /* remembered free runs per order and space (a power of two) */
+/* Orders whose freed blocks are kept whole in a small per-space cache: up to
+ * Linux's PAGE_ALLOC_COSTLY_ORDER (3), the orders its per-CPU lists also keep
+ * since 5.14 (mm/page_alloc.c, pcp lists for order <= PAGE_ALLOC_COSTLY_ORDER). */
+#define IB_CACHE_ORDER 3
+#define IB_CACHE       8      /* blocks per cached order and space (a power of two) */
 
 struct ib_recent { uint32_t n, top; struct page_desc *d[IB_RECENT]; };   /* ring, newest at top-1 */
+struct ib_cache { uint32_t n, top; struct page_desc *d[IB_CACHE]; };     /* ring, newest at top-1 */
 
 struct ib_space {
     struct sk_lock lock;
@@ -56,6 +71,14 @@ struct ib_space {
      * last.  Checked against the bitmap before use (a single-frame
      * allocation may have taken part of one since). */
     struct ib_recent recent[MAX_ORDER + 1];
+    /* Memory, not hints: freed blocks of orders 1..IB_CACHE_ORDER kept whole
+     * (head PAGE_FREE, bits still clear), newest handed out first: the
+     * common multi-frame alloc and free are an O(1) pop and push with no
+     * bitmap work.  Counted in nr_free; dissolved into frames (ib_flush)
+     * whenever a search fails, before a purge pass and for statistics, so
+     * they never cost a growth or hide a run from first fit for long. */
+    struct ib_cache cache[IB_CACHE_ORDER + 1];
+    uint32_t cached;                     /* blocks in cache[] */
 } SK_ALIGNED(CACHE_LINE);
 
 static struct ib_space spaces[IB_MAX_SPACES];
@@ -78,13 +101,27 @@ static unsigned home_space(struct sk_thread *t)
     return t->space - 1;
 }
 
+/* The avail list is kept in creation order, so single frames and runs come
+ * from the oldest region first (first fit across regions: a newer region's
+ * never-touched frames stay untouched while an older one has room, as a
+ * buddy's coalescing keeps its memory compact).  Not address order: mmap
+ * places later regions below earlier ones.  A space has few regions; the
+ * walk happens only when a region goes from full to having a free frame. */
 static void avail_add(struct ib_space *s, struct region_hdr *r)
 {
-    r->avail_prev = NULL;
-    r->avail_next = s->avail;
-    if (s->avail)
-        s->avail->avail_prev = r;
-    s->avail = r;
+    struct region_hdr *prev = NULL, *next = s->avail;
+    while (next && next->seq < r->seq) {
+        prev = next;
+        next = next->avail_next;
+    }
+    r->avail_prev = prev;
+    r->avail_next = next;
+    if (next)
+        next->avail_prev = r;
+    if (prev)
+        prev->avail_next = r;
+    else
+        s->avail = r;
 }
 
 static void avail_del(struct ib_space *s, struct region_hdr *r)
@@ -101,6 +138,8 @@ static void avail_del(struct ib_space *s, struct region_hdr *r)
 static void bits_set(struct ib_space *s, struct region_hdr *r, uint32_t idx, uint32_t n)
 {
     uint32_t end = idx + n;
+    if ((idx >> 6) < r->freed_min)
+        r->freed_min = (uint16_t)(idx >> 6);
     if (likely(n < 64 && (idx & 63) + n <= 64)) {
         uint32_t w = idx >> 6;
         if (!r->map[w].free)
@@ -128,6 +167,8 @@ SK_INLINE void bit_set1(struct ib_space *s, struct region_hdr *r, uint32_t idx)
 {
     uint32_t w = idx >> 6;
     uint64_t old = r->map[w].free;
+    if (w < r->freed_min)
+        r->freed_min = (uint16_t)w;
     if (!old)
         r->summary[w >> 6] |= 1ull << (w & 63);
     r->map[w].free = old | (1ull << (idx & 63));
@@ -233,62 +274,123 @@ static void recent_push(struct ib_space *s, struct page_desc *d, unsigned order)
         q->n++;
 }
 
-/* A remembered run of order >= `order` whose first 2^order frames are still
- * free: O(1) per hint.  The rest of a larger run is remembered in pieces, as
- * a buddy split would leave it. */
+/* A remembered run of exactly this order that is still free: O(1) per
+ * hint.  Not a larger one split down: the hints of large orders are often
+ * runs the program never touched (a 4 MiB block freed unused), and carving
+ * them would spread small blocks over fresh memory while first fit would
+ * reuse the frames just freed. */
 static struct page_desc *recent_take(struct ib_space *s, unsigned order, struct region_hdr **rp)
 {
-    for (unsigned o = order; o <= MAX_ORDER; o++) {
-        struct ib_recent *q = &s->recent[o];
-        while (q->n) {
-            q->n--;
-            struct page_desc *d = q->d[--q->top & (IB_RECENT - 1)];
-            struct region_hdr *r = region_of_desc(d);
-            if (&spaces[r->r.space] != s || !run_free(r, desc_index(d), order))
-                continue;
-            for (unsigned k = o; k > order; k--)
-                recent_push(s, d + ((size_t)1 << (k - 1)), k - 1);
-            *rp = r;
-            return d;
-        }
+    struct ib_recent *q = &s->recent[order];
+    while (q->n) {
+        q->n--;
+        struct page_desc *d = q->d[--q->top & (IB_RECENT - 1)];
+        struct region_hdr *r = region_of_desc(d);
+        if (&spaces[r->r.space] != s || !run_free(r, desc_index(d), order))
+            continue;
+        *rp = r;
+        return d;
     }
     return NULL;
 }
 
-/* Frame index of an aligned run of 2^order free frames in r, or -1. */
+/* Frame index of the lowest aligned run of 2^order free frames in r, or -1:
+ * address-ordered first fit.  low[order] says where to start (no run below
+ * it); frees since the last search may have made runs lower, so freed_min is
+ * folded in first.  A search sets low[order] to the word it found (or the
+ * end), so repeated searches do not rescan the fragmented low words; only a
+ * free lowers the bound again.  Allocations never create runs, so they leave
+ * the bounds valid. */
 static int find_run(struct region_hdr *r, unsigned order)
 {
-    unsigned start = r->hint;
+    if (r->freed_min < REGION_WORDS) {
+        unsigned fm = r->freed_min;
+        for (unsigned k = 1; k <= MAX_ORDER; k++) {
+            unsigned a = k < 6 ? fm : fm & ~((1u << (k - 6)) - 1);
+            if (r->low[k] > a)
+                r->low[k] = (uint16_t)a;
+        }
+        r->freed_min = REGION_WORDS;
+    }
+    unsigned w = r->low[order];
     if (order < 6) {
         unsigned len = 1u << order;
-        for (unsigned n = 0; n < REGION_WORDS; n++) {
-            unsigned w = (start + n) & (REGION_WORDS - 1);
+        while (w < REGION_WORDS) {
+            /* The next word with a free frame, through the summary. */
+            unsigned sw = w >> 6;
+            uint64_t sm = r->summary[sw] & (~0ull << (w & 63));
+            while (!sm) {
+                if (++sw == REGION_WORDS / 64)
+                    goto none;
+                sm = r->summary[sw];
+            }
+            w = sw * 64 + (unsigned)__builtin_ctzll(sm);
             uint64_t x = r->map[w].free;
-            if (!x)
-                continue;
-            for (unsigned s = 1; s < len; s <<= 1)
-                x &= x >> s;
+            for (unsigned sh = 1; sh < len; sh <<= 1)
+                x &= x >> sh;
             x &= aligned_mask[order];
             if (x) {
-                r->hint = w;
+                r->low[order] = (uint16_t)w;
                 return (int)(w * 64 + (unsigned)__builtin_ctzll(x));
             }
+            w++;
         }
-        return -1;
+        goto none;
     }
     unsigned nw = 1u << (order - 6);
-    start &= ~(nw - 1);
-    for (unsigned n = 0; n < REGION_WORDS; n += nw) {
-        unsigned w = (start + n) & (REGION_WORDS - 1);
+    for (; w < REGION_WORDS; w += nw) {
         unsigned k = 0;
         while (k < nw && r->map[w + k].free == ~0ull)
             k++;
         if (k == nw) {
-            r->hint = w;
+            r->low[order] = (uint16_t)w;
             return (int)(w * 64);
         }
     }
+none:
+    r->low[order] = REGION_WORDS;
     return -1;
+}
+
+/* A cached block of order 2^order dissolves into frames (bits set, a run
+ * to find again soon); its pages were counted in nr_free already. */
+static void cache_dissolve(struct ib_space *s, struct page_desc *d, unsigned order)
+{
+    uint32_t len = 1u << order;
+    s->nr_free -= len;                   /* bits_set counts them again */
+    bits_set(s, region_of_desc(d), desc_index(d), len);
+    s->splits++;                         /* the block dissolves into frames */
+    recent_push(s, d, order);
+}
+
+/* Every cached block back into the bitmap (oldest first, so the newest
+ * become the newest hints).  Space lock held. */
+static void ib_flush(struct ib_space *s)
+{
+    if (!s->cached)
+        return;
+    for (unsigned o = 1; o <= IB_CACHE_ORDER; o++) {
+        struct ib_cache *c = &s->cache[o];
+        for (uint32_t i = c->n; i > 0; i--)
+            cache_dissolve(s, c->d[(c->top - i) & (IB_CACHE - 1)], o);
+        c->n = 0;
+    }
+    s->cached = 0;
+}
+
+/* A freed block of a cached order: kept whole; the oldest cached block of
+ * that order dissolves when the ring is full.  Space lock held. */
+SK_INLINE void cache_push(struct ib_space *s, struct page_desc *d, unsigned order)
+{
+    struct ib_cache *c = &s->cache[order];
+    if (c->n == IB_CACHE)
+        cache_dissolve(s, c->d[c->top & (IB_CACHE - 1)], order);   /* the oldest, at top - IB_CACHE */
+    else {
+        c->n++;
+        s->cached++;
+    }
+    c->d[c->top++ & (IB_CACHE - 1)] = d;
+    s->nr_free += 1u << order;
 }
 
 /* Space lock held. */
@@ -296,14 +398,39 @@ static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
 {
     if (order == 0) {
         struct page_desc *d;
+        if (pop_frames(s, 1, PAGE_USED, &d))
+            return d;
+        ib_flush(s);                     /* cached blocks are frames too */
         return pop_frames(s, 1, PAGE_USED, &d) ? d : NULL;
     }
     uint32_t len = 1u << order;
     if (s->nr_free < len)
         return NULL;
+    if (order <= IB_CACHE_ORDER && s->cached) {
+        /* The common case: a block of this order freed recently, O(1); or
+         * a larger cached one (warm memory too) split, its upper halves
+         * cached in turn, as a buddy's expand() would list them. */
+        for (unsigned o = order; o <= IB_CACHE_ORDER; o++) {
+            struct ib_cache *c = &s->cache[o];
+            if (!c->n)
+                continue;
+            struct page_desc *head = c->d[--c->top & (IB_CACHE - 1)];
+            c->n--;
+            s->cached--;
+            s->nr_free -= 1u << o;
+            while (o > order) {
+                o--;
+                head[1u << o].kind = PAGE_FREE;
+                cache_push(s, head + (1u << o), o);
+            }
+            head->kind = PAGE_USED;
+            head->order = (uint8_t)order;
+            return head;
+        }
+    }
     struct region_hdr *r;
     struct page_desc *head = recent_take(s, order, &r);
-    if (!head) {
+    for (int pass = 0; !head; pass++) {
         for (r = s->avail; r; r = r->avail_next) {
             if (r->nr_free < len)
                 continue;
@@ -313,8 +440,11 @@ static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
                 break;
             }
         }
-        if (!head)
+        if (head)
+            break;
+        if (pass || !s->cached)
             return NULL;
+        ib_flush(s);                     /* cached blocks may make the run */
     }
     bits_clear(s, r, desc_index(head), len);
     s->merges++;                         /* a block built from frames */
@@ -333,10 +463,11 @@ static bool grow(unsigned si)
     uint32_t first = r->r.first_page;
     struct ib_space *s = &spaces[si];
     lock_acquire(&s->lock);
+    r->freed_min = REGION_WORDS;         /* low[] = 0 (fresh memory): valid bounds */
+    r->seq = s->regions ? s->regions->seq + 1 : 0;
     bits_set(s, r, first, REGION_PAGES - first);
     for (uint32_t w = 0; w < REGION_WORDS; w++)
         r->map[w].purged = r->map[w].free;   /* never touched: nothing to return */
-    r->hint = first >> 6;
     r->space_next = s->regions;
     s->regions = r;
     lock_release(&s->lock);
@@ -363,9 +494,10 @@ static struct page_desc *ibuddy_alloc(struct sk_thread *t, unsigned order)
     bool counted = false;
     for (;;) {
         for (unsigned j = 0; j < nspaces; j++) {
-            struct ib_space *s = &spaces[(si + j) % nspaces];
-            /* Other spaces: a racy peek first, so an empty one costs no lock. */
-            if (j && __atomic_load_n(&s->nr_free, __ATOMIC_RELAXED) < ((uint64_t)1 << order))
+            unsigned k = si + j < nspaces ? si + j : si + j - nspaces;   /* no division */
+            struct ib_space *s = &spaces[k];
+            /* A racy peek first, so an empty space costs no lock. */
+            if (__atomic_load_n(&s->nr_free, __ATOMIC_RELAXED) < ((uint64_t)1 << order))
                 continue;
             lock_acquire(&s->lock);
             struct page_desc *d = space_alloc(s, order);
@@ -397,10 +529,14 @@ static void ibuddy_free(struct page_desc *d, unsigned order)
     d->kind = PAGE_FREE;
     d->order = 0;
     lock_acquire(&s->lock);
-    bits_set(s, r, idx, 1u << order);
-    if (order) {
-        s->splits++;                     /* the block dissolves into frames */
-        recent_push(s, d, order);        /* a run to find again soon */
+    if (order && order <= IB_CACHE_ORDER) {
+        cache_push(s, d, order);         /* kept whole for the next request */
+    } else {
+        bits_set(s, r, idx, 1u << order);
+        if (order) {
+            s->splits++;                 /* the block dissolves into frames */
+            recent_push(s, d, order);    /* a run to find again soon */
+        }
     }
     s->frees[order]++;
     lock_release(&s->lock);
@@ -429,11 +565,16 @@ static unsigned ibuddy_alloc_batch(struct sk_thread *t, unsigned n, struct page_
     unsigned si = home_space(t);
     for (;;) {
         for (unsigned j = 0; j < nspaces; j++) {
-            struct ib_space *s = &spaces[(si + j) % nspaces];
-            if (j && __atomic_load_n(&s->nr_free, __ATOMIC_RELAXED) == 0)
+            unsigned k = si + j < nspaces ? si + j : si + j - nspaces;   /* no division */
+            struct ib_space *s = &spaces[k];
+            if (__atomic_load_n(&s->nr_free, __ATOMIC_RELAXED) == 0)
                 continue;
             lock_acquire(&s->lock);
             unsigned got = pop_frames(s, n, PAGE_LAZY, chain);
+            if (!got && s->cached) {
+                ib_flush(s);             /* cached blocks are frames too */
+                got = pop_frames(s, n, PAGE_LAZY, chain);
+            }
             lock_release(&s->lock);
             if (got)
                 return got;
@@ -511,6 +652,7 @@ static size_t ibuddy_purge(bool all, uint64_t now)
     for (unsigned i = 0; i < nspaces; i++) {
         struct ib_space *s = &spaces[i];
         lock_acquire(&s->lock);
+        ib_flush(s);                     /* cached blocks age and go back too */
         for (struct region_hdr *r = s->regions; r; r = r->space_next)
             pages += purge_region(r, all, dontneed);
         lock_release(&s->lock);
@@ -547,6 +689,7 @@ static void ibuddy_stats(struct slabkit_page_stats *s)
     for (unsigned i = 0; i < nspaces; i++) {
         struct ib_space *sp = &spaces[i];
         lock_acquire(&sp->lock);
+        ib_flush(sp);                    /* free blocks as maximal runs of frames */
         s->pages_free += sp->nr_free;
         for (unsigned o = 0; o <= MAX_ORDER; o++) {
             s->allocs[o] += sp->allocs[o];

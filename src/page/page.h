@@ -140,6 +140,10 @@ size_t page_reap(void);
 /* Object layers register a reclaim callback run when the page layer runs
  * short (before it reports failure): returns bytes it freed. */
 void page_set_reclaim_hook(size_t (*hook)(void));
+/* Called with the coarse clock from the timed purge check (slow paths, about
+ * every 32nd page-layer free), with no page-layer lock held: lets the object
+ * layer run its own timed return on the same schedule (SLAB's working set). */
+void page_set_tick_hook(void (*hook)(uint64_t now));
 
 /* A readable page-layer summary (held, free per order, returned, frag_events...). */
 void page_stats_print(int fd);

@@ -38,7 +38,11 @@ struct region_hdr {
     struct region_hdr *space_next;   /* regions of the same iBuddy space */
     struct region_hdr *avail_next, *avail_prev;  /* iBuddy: regions with free frames */
     uint32_t nr_free;                /* iBuddy: free frames in this region */
-    uint32_t hint;                   /* iBuddy: bitmap word where a run was last seen */
+    /* iBuddy first fit: no aligned free run of order k starts below bitmap
+     * word low[k]; freed_min = lowest word whose bits were set since the
+     * last search (folded into low[] then). */
+    uint16_t low[MAX_ORDER + 1], freed_min;
+    uint32_t seq;                    /* iBuddy: creation order in its space (avail order) */
     uint64_t summary[REGION_WORDS / 64];  /* iBuddy: bit w set iff map[w].free != 0 */
     /* iBuddy bitmaps, bit i of word w = frame 64*w + i.  free and purged sit
      * side by side so a pop/push touches one cache line of them. */

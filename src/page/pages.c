@@ -31,6 +31,7 @@ static uint64_t last_purge_ms;
 static uint64_t failures;
 static uint64_t exited_allocs0, exited_frees0;   /* folded from exited threads */
 static size_t (*reclaim_hook)(void);
+static void (*tick_hook)(uint64_t now);
 
 /* huge.c */
 extern uint64_t huge_count, huge_live_bytes;
@@ -66,6 +67,8 @@ SK_NOINLINE static void purge_check(void)
 {
     uint64_t now = os_now_ms();
     __atomic_store_n(&page_clock_ms, now, __ATOMIC_RELAXED);
+    if (tick_hook)
+        tick_hook(now);                  /* no page-layer lock held here */
     /* A pass at most every 100 ms: it walks the free lists / bitmaps. */
     if (sk_opt.return_mode == RETURN_OFF || now - last_purge_ms < 100)
         return;
@@ -107,6 +110,7 @@ size_t page_reap(void)
 }
 
 void page_set_reclaim_hook(size_t (*hook)(void)) { reclaim_hook = hook; }
+void page_set_tick_hook(void (*hook)(uint64_t now)) { tick_hook = hook; }
 
 /* ---- allocation -------------------------------------------------------- */
 

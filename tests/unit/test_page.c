@@ -4,7 +4,8 @@
  * reference model: random sequences over every order with no overlap, natural
  * alignment, contents stamped and verified, statistics equal to the model's
  * live counts; coalescing back to the largest blocks without growing; iBuddy
- * frames never split/merge; a constructed fragmentation event; bad frees
+ * frames never split/merge; multi-page rounds reuse their frames (footprint);
+ * a constructed fragmentation event; bad frees
  * reported and aborted in children; exhaustion under RLIMIT_AS. */
 #include <errno.h>
 #include <sys/resource.h>
@@ -302,6 +303,83 @@ static void test_exact_and_huge(void)
     CHECK(stats().huge_bytes == a.huge_bytes, "live huge bytes back");
 }
 
+/* Footprint: rounds of "allocate many multi-page blocks in mass, free them
+ * in random order" (orders 1-4 and exact runs of 5-15 pages, as malloc's
+ * large path asks) must keep reusing the same frames, as a buddy's
+ * coalescing does: the distinct pages ever handed out stay within 15% of
+ * the peak live pages, and later rounds never grow the layer.  (The first
+ * iBuddy searched next-fit from a moving hint and took fresh, never-touched
+ * frames each round: 4 rounds touched about 3x the live pages.) */
+static int cmp_uptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_footprint(void)
+{
+    enum { ROUNDS = 4, NBLK = 700 };
+    static char *blk[NBLK];
+    static unsigned npg[NBLK];
+    static bool exa[NBLK];
+    size_t cap = 0, nseen = 0;
+    uintptr_t *seen = NULL;
+    uint64_t seed = 77, peak = 0, held1 = 0;
+    page_reap();
+    for (int r = 0; r < ROUNDS; r++) {
+        uint64_t live = 0;
+        for (int i = 0; i < NBLK; i++) {
+            uint64_t x = test_rand(&seed);
+            bool exact = exa[i] = x % 4 == 0;
+            npg[i] = exact ? 5 + (unsigned)(x >> 8) % 11 : 1u << (1 + (x >> 8) % 4);
+            blk[i] = exact ? page_alloc_exact(npg[i], KM_NOSLEEP)
+                           : kmem_pages_alloc(order_for_pages(npg[i]), KM_NOSLEEP);
+            REQUIRE(blk[i] != NULL, "allocation failed");
+            blk[i][0] = (char)i;
+            live += npg[i];
+            if (nseen + npg[i] > cap) {
+                cap = 2 * (nseen + npg[i]);
+                seen = realloc(seen, cap * sizeof *seen);
+                REQUIRE(seen != NULL);
+            }
+            for (unsigned k = 0; k < npg[i]; k++)
+                seen[nseen++] = (uintptr_t)blk[i] + ((uintptr_t)k << PAGE_SHIFT);
+        }
+        if (live > peak)
+            peak = live;
+        /* Compact the record of pages seen (sort, dedupe). */
+        qsort(seen, nseen, sizeof *seen, cmp_uptr);
+        size_t u = 0;
+        for (size_t i = 0; i < nseen; i++)
+            if (u == 0 || seen[u - 1] != seen[i])
+                seen[u++] = seen[i];
+        nseen = u;
+        uint64_t held = stats().pages_held;
+        if (r == 0)
+            held1 = held;
+        else
+            CHECK(held == held1, "round %d grew the layer: %llu -> %llu pages held", r,
+                  (unsigned long long)held1, (unsigned long long)held);
+        for (int i = NBLK - 1; i > 0; i--) {         /* free in random order */
+            int j = (int)(test_rand(&seed) % (uint64_t)(i + 1));
+            char *tp = blk[i]; blk[i] = blk[j]; blk[j] = tp;
+            unsigned tn = npg[i]; npg[i] = npg[j]; npg[j] = tn;
+            bool te = exa[i]; exa[i] = exa[j]; exa[j] = te;
+        }
+        for (int i = 0; i < NBLK; i++) {
+            if (exa[i])
+                page_free_exact(blk[i], npg[i]);
+            else
+                kmem_pages_free(blk[i], order_for_pages(npg[i]));
+        }
+    }
+    CHECK(nseen <= peak + peak * 15 / 100,
+          "%d rounds handed out %zu distinct pages for at most %llu live: memory not reused",
+          ROUNDS, nseen, (unsigned long long)peak);
+    free(seen);
+    page_reap();
+}
+
 /* ---- bad input, each in a child ---- */
 
 static void *g_block;
@@ -390,6 +468,7 @@ int main(void)
     test_coalesce();
     test_ibuddy_frames();
     test_exact_and_huge();
+    test_footprint();
     test_bad_input();
     test_exhaustion();
     test_fragmentation_event();

@@ -1,0 +1,165 @@
+"""Debug mode makes no false reports: the real programs of test_real_programs.py
+(python3, sqlite3, perl, gcc, sort, xz, redis; definitions in
+bench/real_programs.py) run under LD_PRELOAD=libslabkit.so with
+SLABKIT_DEBUG=poison,redzone,guard for every design (page allocator
+ibuddy), at a smaller scale than the normal test (debug mode is slow: a stack
+per operation).  Each must print exactly what it prints on glibc, exit 0 and
+write no "slabkit:" line on stderr.
+
+Leaks are expected from real programs at exit, so `leaks` is checked apart:
+with SLABKIT_DEBUG=all a program still prints the same output and exits 0 (a
+leak report never changes the exit status), and every "slabkit:" line on its
+stderr belongs to a well-formed leak report (a header line with the counts,
+then per-site lines), nothing else.
+
+stderr is captured by wrapping the `subprocess` module the shared program
+definitions use (their run() keeps only stdout)."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import types
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import real_programs  # noqa: E402
+
+DESIGNS = [d for d in ("slab", "slub", "slob", "slqb") if os.path.exists(os.path.join(ROOT, "src", "kmem", d + ".c"))]
+NAMES = ["python3", "sqlite3", "perl", "gcc", "sort", "xz", "redis"]
+SCALE = 0.1
+# audit never touches a buffer (it only records), so it cannot cause a false
+# report; it is the slow part (a stack per operation), and runs in the `all` test.
+IDENTITY = "poison,redzone,guard"
+# The programs worth the leak check: short, and they allocate at start-up and
+# keep it (python's interpreter state, perl's, sqlite3's connection).
+LEAK_NAMES = ["python3", "sort"]
+
+LEAK_HEADER = re.compile(r"^slabkit: leak report: \d+ buffers \(\d+ bytes\) still allocated at exit, "
+                         r"from \d+ allocation sites$")
+LEAK_LINE = re.compile(r"^slabkit: leak: \d+ buffers, \d+ bytes, allocated at:$"
+                       r"|^slabkit:   \(no stack: allocated while the unwinder itself was loading\)$")
+
+
+class Recorder:
+    """A stand-in for the subprocess module inside real_programs: records the
+    stderr of every process started with slabkit preloaded."""
+
+    def __init__(self):
+        self.stderr = []
+        self._files = []
+
+    def _preloaded(self, kw):
+        env = kw.get("env")
+        return env is not None and "libslabkit" in env.get("LD_PRELOAD", "")
+
+    def run(self, *a, **kw):
+        p = subprocess.run(*a, **kw)
+        if self._preloaded(kw) and isinstance(p.stderr, (bytes, str)):
+            self.stderr.append(p.stderr.decode(errors="replace") if isinstance(p.stderr, bytes) else p.stderr)
+        return p
+
+    def Popen(self, *a, **kw):       # redis-server: its stderr goes to a file we read afterwards
+        if self._preloaded(kw) and kw.get("stderr") == subprocess.PIPE:
+            f = tempfile.TemporaryFile()
+            self._files.append(f)
+            kw["stderr"] = f
+        return subprocess.Popen(*a, **kw)
+
+    def collect(self):
+        for f in self._files:
+            f.seek(0)
+            self.stderr.append(f.read().decode(errors="replace"))
+            f.close()
+        self._files = []
+        return "".join(self.stderr)
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    rec = Recorder()
+    shim = types.SimpleNamespace(**{k: getattr(subprocess, k) for k in dir(subprocess) if not k.startswith("__")})
+    shim.run, shim.Popen = rec.run, rec.Popen
+    monkeypatch.setattr(real_programs, "subprocess", shim)
+    return rec
+
+
+@pytest.fixture(scope="module")
+def progs(tmp_path_factory):
+    work = str(tmp_path_factory.mktemp("realdbg"))
+    return {p["name"]: p for p in real_programs.programs(work, SCALE)}
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    return {}
+
+
+@pytest.fixture(scope="module")
+def lib(build):
+    so = os.path.join(build, "libslabkit.so")
+    if not os.path.exists(so):
+        pytest.skip(f"{so} is not built")
+    return so
+
+
+def clean_env():
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    for k in list(env):
+        if k.startswith("SLABKIT_"):
+            del env[k]
+    return env
+
+
+def expected(name, prog, baseline):
+    if name not in baseline:
+        baseline[name] = prog["run"](clean_env())[0]
+    return baseline[name]
+
+
+def run_debug(prog, lib, design, debug):
+    env = clean_env()
+    env.update(LD_PRELOAD=lib, SLABKIT_DESIGN=design, SLABKIT_PAGES="ibuddy", SLABKIT_DEBUG=debug)
+    return prog["run"](env)[0]      # raises on a non-zero exit (an abort on a report)
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("name", NAMES)
+def test_debug_same_output_no_reports(name, design, progs, baseline, lib, recorder):
+    prog = progs[name]
+    if not real_programs.available(prog):
+        pytest.skip(f"{name}: {', '.join(prog['needs'])} not installed (.ci/run installs it)")
+    want = expected(name, prog, baseline)
+    recorder.collect()
+    recorder.stderr.clear()
+    out = run_debug(prog, lib, design, IDENTITY)
+    err = recorder.collect()
+    reports = [l for l in err.splitlines() if l.startswith("slabkit:")]
+    assert not reports, f"{name} ({design}, SLABKIT_DEBUG={IDENTITY}) reported:\n" + "\n".join(reports[:40])
+    assert out == want, f"{name} under slabkit debug ({design}) printed something else than on glibc"
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("name", LEAK_NAMES)
+def test_debug_all_leak_report_well_formed(name, design, progs, baseline, lib, recorder):
+    prog = progs[name]
+    if not real_programs.available(prog):
+        pytest.skip(f"{name}: {', '.join(prog['needs'])} not installed")
+    want = expected(name, prog, baseline)
+    recorder.collect()
+    recorder.stderr.clear()
+    out = run_debug(prog, lib, design, "all")      # exit status 0 is checked by run()
+    err = recorder.collect()
+    assert out == want, f"{name} under SLABKIT_DEBUG=all ({design}) printed something else than on glibc"
+    lines = [l for l in err.splitlines() if l.startswith("slabkit:")]
+    headers = [i for i, l in enumerate(lines) if LEAK_HEADER.match(l)]
+    bad = [l for l in lines if not LEAK_HEADER.match(l) and not LEAK_LINE.match(l)]
+    assert not bad, f"{name} ({design}): slabkit lines outside a leak report:\n" + "\n".join(bad[:40])
+    # One report per process that ran preloaded (xz runs two), each opening its block.
+    assert not lines or headers and headers[0] == 0, f"{name} ({design}): leak lines before the report header"
+    for i in headers:
+        n_buf = int(re.search(r"(\d+) buffers", lines[i]).group(1))
+        assert n_buf > 0, lines[i]
