@@ -224,7 +224,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--scale", type=float, default=2.0)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--designs", default="slub")
+    ap.add_argument("--designs", default="slab")
     ap.add_argument("--pages", default="ibuddy")
     ap.add_argument("--only", help="comma list of programs")
     ap.add_argument("--json", action="store_true")
@@ -282,7 +282,7 @@ def main():
         rv = f"{r['rss_vs_glibc']:.2f}" if r["rss_vs_glibc"] else "-"
         print(f"{r['program']:<9} {r['allocator']:<24} {r['seconds']:8.3f} {100 * r['spread']:6.1f}% "
               f"{int(r['peak_rss_kib']):>8}K {tv:>8} {rv:>9}")
-    print("goal: the default design (slub, ibuddy) no slower than glibc and within 1.1x its peak RSS")
+    print("goal: the default design (slab, ibuddy) no slower than glibc and within 1.1x its peak RSS")
 
 
 def one():

@@ -7,7 +7,7 @@
 /* Defaults: chosen from the design comparison and the malloc benchmark
  * (docs/benchmarks.md); the README says why. */
 struct sk_options sk_opt = {
-    .design = DESIGN_SLUB,
+    .design = DESIGN_SLAB,
     .pages = PAGES_IBUDDY,
     .debug = 0,
     .stats = NULL,

@@ -21,8 +21,8 @@ import subprocess
 
 DESIGNS = ["slab", "slub", "slob", "slqb"]
 PAGES = ["buddy", "ibuddy"]
-# The library's defaults (src/core/options.c): SLUB on the lazy iBuddy.
-DEFAULT_DESIGN = "slub"
+# The library's defaults (src/core/options.c): SLAB on the lazy iBuddy.
+DEFAULT_DESIGN = "slab"
 DEFAULT_PAGES = "ibuddy"
 
 _MULTIARCH = os.uname().machine + "-linux-gnu"
