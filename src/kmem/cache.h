@@ -122,10 +122,10 @@ extern bool cache_ready;
 
 /* --- Generic size classes ------------------------------------------------
  * 8-byte steps to 64, then four classes per doubling up to KMALLOC_MAX
- * (never more than 25% apart above 32 B).  Classes that are multiples of 16
+ * (never more than 25% apart above 32 B), plus 4608 for a page and a header.  Classes that are multiples of 16
  * are 16-aligned; malloc rounds requests up to 16 before the lookup. */
 #define KMALLOC_MAX     32768u
-#define KMALLOC_CLASSES 44
+#define KMALLOC_CLASSES 45
 extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];
 extern const uint32_t kmalloc_sizes[KMALLOC_CLASSES];
 extern uint8_t kmalloc_index_small[(1024 >> 3) + 1];   /* (size + 7) >> 3 -> class, sizes <= 1024 */

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/../.."
 SECONDS_EACH="${1:-12}"
 make -s fuzz
 status=0
+passed=0
+failed=0
 for design in slab slub slob slqb; do
     [ -f "src/kmem/$design.c" ] || continue
     for pages in buddy ibuddy; do
@@ -17,7 +19,11 @@ for design in slab slub slob slqb; do
             -print_final_stats=0 -artifact_prefix=build-fuzz/ tests/fuzz/corpus >build-fuzz/fuzz.log 2>&1; then
             echo "fuzz: FAILED under design=$design pages=$pages"; tail -50 build-fuzz/fuzz.log
             status=1
+            failed=$((failed + 1))
+        else
+            passed=$((passed + 1))
         fi
     done
 done
+echo "fuzz: $passed passed, $failed failed"
 exit $status
