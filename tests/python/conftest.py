@@ -30,3 +30,23 @@ def slabkit_cli(build):
     if not os.path.exists(exe):
         pytest.skip(f"{exe} not built (run make)")
     return exe
+
+
+@pytest.fixture(scope="session")
+def lib(build):
+    """build/libslabkit.so, for the tests that preload it."""
+    so = os.path.join(build, "libslabkit.so")
+    if not os.path.exists(so):
+        pytest.skip(f"{so} is not built")
+    return so
+
+
+def clean_env():
+    """The environment without LD_PRELOAD or any SLABKIT_ setting: a program
+    runs on glibc, or a test sets exactly what it wants."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    for k in list(env):
+        if k.startswith("SLABKIT_"):
+            del env[k]
+    return env

@@ -26,6 +26,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import real_programs  # noqa: E402
+from conftest import clean_env  # noqa: E402
 
 DESIGNS = [d for d in ("slab", "slub", "slob", "slqb") if os.path.exists(os.path.join(ROOT, "src", "kmem", d + ".c"))]
 NAMES = ["python3", "sqlite3", "perl", "gcc", "sort", "xz", "redis"]
@@ -97,21 +98,6 @@ def baseline():
     return {}
 
 
-@pytest.fixture(scope="module")
-def lib(build):
-    so = os.path.join(build, "libslabkit.so")
-    if not os.path.exists(so):
-        pytest.skip(f"{so} is not built")
-    return so
-
-
-def clean_env():
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    for k in list(env):
-        if k.startswith("SLABKIT_"):
-            del env[k]
-    return env
 
 
 def expected(name, prog, baseline):

@@ -14,31 +14,10 @@
 #include <time.h>
 #include <slabkit/slabkit.h>
 #include "kmem/cache.h"
-#include "../test.h"
+#include "../kmem_test.h"
 
-const struct design_ops *volatile slab_link = &slab_design;   /* link slab.o from the archive */
 size_t slab_hash_info(struct kmem_cache *cp, size_t *rescales);
 
-struct find { const char *name; struct slabkit_cache_stats st; int found; };
-
-static void find_cb(const struct slabkit_cache_stats *st, void *arg)
-{
-    struct find *f = arg;
-    if (strcmp(st->name, f->name) == 0) {
-        f->st = *st;
-        f->found++;
-    }
-}
-
-static struct slabkit_cache_stats stats_of(const char *name)
-{
-    struct find f;
-    memset(&f, 0, sizeof f);
-    f.name = name;
-    slabkit_cache_foreach(find_cb, &f);
-    CHECK(f.found == 1, "cache %s found %d times", name, f.found);
-    return f.st;
-}
 
 static double now_s(void)
 {

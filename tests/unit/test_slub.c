@@ -10,29 +10,11 @@
  * loop (every free remote) the slab count stays bounded. */
 #include <pthread.h>
 #include <stdatomic.h>
-#include "../test.h"
+#include "../kmem_test.h"
 #include "kmem/cache.h"
 #include "page/page.h"
 #include "slabkit/slabkit.h"
 
-static struct slabkit_cache_stats found;
-static bool found_ok;
-
-static void find_cb(const struct slabkit_cache_stats *st, void *arg)
-{
-    if (strcmp(st->name, (const char *)arg) == 0) {
-        found = *st;
-        found_ok = true;
-    }
-}
-
-static struct slabkit_cache_stats cache_stats(const char *name)
-{
-    found_ok = false;
-    slabkit_cache_foreach(find_cb, (void *)name);
-    REQUIRE(found_ok, "cache %s not in the statistics", name);
-    return found;
-}
 
 /* --- free pointer obfuscation ---------------------------------------------- */
 
@@ -115,7 +97,7 @@ static void test_ctor(void)
         bad += !constructed(objs[i]);
     }
     CHECK(bad == 0, "%u objects came back not constructed", bad);
-    struct slabkit_cache_stats st = cache_stats("slub-ctor");
+    struct slabkit_cache_stats st = stats_of("slub-ctor");
     CHECK(st.buffer_size >= 48, "buffer size %zu leaves no room for the free pointer after the object",
           st.buffer_size);
     CHECK(ctor_calls == st.num_objs, "ctor ran %lu times for %lu objects", ctor_calls,
@@ -153,7 +135,7 @@ static void *mass_worker(void *arg)
         objs[i] = kmem_cache_alloc(mass_cp, KM_SLEEP);
         memset(objs[i], i & 0xff, 256);
     }
-    struct slabkit_cache_stats st = cache_stats("slub-mass");
+    struct slabkit_cache_stats st = stats_of("slub-mass");
     CHECK(st.active_objs == MASS, "active %lu, expected %d", (unsigned long)st.active_objs, MASS);
     CHECK(st.num_slabs * st.objs_per_slab == st.num_objs, "num_objs %lu != %lu slabs * %lu",
           (unsigned long)st.num_objs, (unsigned long)st.num_slabs, (unsigned long)st.objs_per_slab);
@@ -166,7 +148,7 @@ static void *mass_worker(void *arg)
             CHECK(false, "object %d corrupted", i);
         kmem_cache_free(mass_cp, objs[i]);
     }
-    st = cache_stats("slub-mass");
+    st = stats_of("slub-mass");
     /* Kept: min_partial on the node, the thread's active slab and its cpu
      * partial list (bounded by limit objects = 2*limit/objs_per_slab slabs). */
     uint64_t bound = 10 + 1 + (2 * st.limit + st.objs_per_slab - 1) / st.objs_per_slab;
@@ -184,7 +166,7 @@ static void test_min_partial(void)
     pthread_t t;
     pthread_create(&t, NULL, mass_worker, &peak);
     pthread_join(t, NULL);
-    struct slabkit_cache_stats st = cache_stats("slub-mass");
+    struct slabkit_cache_stats st = stats_of("slub-mass");
     /* min_partial = clamp(ilog2(256) / 2, 5, 10) = 5 (Linux). */
     CHECK(peak >= 200, "peak %lu slabs", (unsigned long)peak);
     CHECK(st.num_slabs <= 5 && st.num_slabs >= 1, "after the thread exited %lu slabs are held, expected 1..5 (min_partial)",
@@ -196,7 +178,7 @@ static void test_min_partial(void)
           (unsigned long)st.frees);
     size_t got = kmem_reap();
     CHECK(got >= st.num_slabs * st.pages_per_slab * 4096, "kmem_reap gave back %zu bytes", got);
-    st = cache_stats("slub-mass");
+    st = stats_of("slub-mass");
     CHECK(st.num_slabs == 0, "after kmem_reap %lu slabs are held", (unsigned long)st.num_slabs);
     kmem_cache_destroy(mass_cp);
 }
@@ -243,7 +225,7 @@ static void *pc_producer(void *arg)
             ;
         atomic_store_explicit(&pc_ring[i % PC_RING], p, memory_order_release);
         if (i % 2048 == 0) {
-            uint64_t n = cache_stats("slub-pc").num_slabs;
+            uint64_t n = stats_of("slub-pc").num_slabs;
             if (n > *peak)
                 *peak = n;
         }
@@ -261,7 +243,7 @@ static void test_prodcons(void)
     pthread_create(&prod, NULL, pc_producer, &peak);
     pthread_join(prod, NULL);
     pthread_join(cons, NULL);
-    struct slabkit_cache_stats st = cache_stats("slub-pc");
+    struct slabkit_cache_stats st = stats_of("slub-pc");
     CHECK(pc_bad == 0, "%lu bytes changed between the producer and the consumer", (unsigned long)pc_bad);
     /* In flight: at most PC_RING objects (4 slabs of 64); the producer's
      * exhausted slabs stay on its cpu partial list, full only while their
@@ -306,7 +288,7 @@ static void *remote_a(void *arg)
     (void)arg;
     /* A fresh cache: A's first slab; 10 objects go to B, the rest of the
      * slab stays on A's private list. */
-    struct slabkit_cache_stats st0 = cache_stats("slub-remote");
+    struct slabkit_cache_stats st0 = stats_of("slub-remote");
     unsigned per = (unsigned)st0.objs_per_slab;
     REQUIRE(per > 12 && per < 4096);
     void *first[4096];
@@ -327,7 +309,7 @@ static void *remote_a(void *arg)
             back += again[i] == first[j];
     }
     CHECK(back == 10, "%u of the 10 remotely freed objects came back to their slab's owner", back);
-    struct slabkit_cache_stats st = cache_stats("slub-remote");
+    struct slabkit_cache_stats st = stats_of("slub-remote");
     CHECK(st.num_slabs == 1, "%lu slabs: the remote frees did not refill the active slab",
           (unsigned long)st.num_slabs);
     for (unsigned i = 0; i < per - 10; i++)
@@ -366,7 +348,7 @@ static void test_remote(void)
     pthread_create(&a, NULL, remote_a, NULL);
     pthread_join(a, NULL);
     pthread_join(b, NULL);
-    struct slabkit_cache_stats st = cache_stats("slub-remote");
+    struct slabkit_cache_stats st = stats_of("slub-remote");
     unsigned long want = 10 + (st.objs_per_slab - 10) + 10 + 4086;
     CHECK(st.allocs == want && st.frees == want, "allocs %lu frees %lu, expected %lu each",
           (unsigned long)st.allocs, (unsigned long)st.frees, want);
@@ -465,10 +447,6 @@ static void expect_report(void (*fn)(void *), const char *label, const char *tex
     CHECK(strstr(r.err, text) != NULL, "%s: report lacks \"%s\": %s", label, text, r.err);
     CHECK(strstr(r.err, "slub-bug") != NULL, "%s: report does not name the cache: %s", label, r.err);
 }
-
-/* cache.c refers to the designs weakly; from the static core library only a
- * strong reference pulls slub.o in. */
-const struct design_ops *volatile slub_link = &slub_design;
 
 int main(void)
 {
