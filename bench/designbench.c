@@ -192,6 +192,20 @@ static void entry_free(struct icache_entry *e)
 
 /* Look the file up; instantiate inode, dentry and name on a miss, evicting
  * the stripe's least recently used entry when it is full. */
+/* A new inode, dentry and name for file id, stamped with its contents. */
+static void prep_entry(struct icache_entry *e, uint32_t id)
+{
+    e->id = id;
+    e->namelen = 16 + id % 49;
+    e->inode = kmem_cache_alloc(inode_cache, KM_SLEEP);
+    e->dentry = kmem_cache_alloc(dentry_cache, KM_SLEEP);
+    e->name = kmem_alloc(e->namelen, KM_SLEEP);
+    stamp(e->inode, INODE_SIZE, id * 3ull + 1);
+    stamp(e->dentry, DENTRY_SIZE, id * 3ull + 2);
+    stamp(e->name, e->namelen, id * 3ull + 3);
+    __atomic_fetch_add(&shared_live.v, INODE_SIZE + DENTRY_SIZE + e->namelen, __ATOMIC_RELAXED);
+}
+
 static void lookup(uint32_t id)
 {
     struct stripe *s = &stripes[id % STRIPES];
@@ -213,16 +227,8 @@ static void lookup(uint32_t id)
     } else {
         e = &s->e[s->n++];
     }
-    e->id = id;
+    prep_entry(e, id);
     e->last_use = s->tick;
-    e->namelen = 16 + id % 49;
-    e->inode = kmem_cache_alloc(inode_cache, KM_SLEEP);
-    e->dentry = kmem_cache_alloc(dentry_cache, KM_SLEEP);
-    e->name = kmem_alloc(e->namelen, KM_SLEEP);
-    stamp(e->inode, INODE_SIZE, id * 3ull + 1);
-    stamp(e->dentry, DENTRY_SIZE, id * 3ull + 2);
-    stamp(e->name, e->namelen, id * 3ull + 3);
-    __atomic_fetch_add(&shared_live.v, INODE_SIZE + DENTRY_SIZE + e->namelen, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -308,18 +314,6 @@ static void *fileio_thread(void *arg)
 static struct icache_entry prep[ALL_FILES];
 static struct dirty prep_pc[PREP_PAGES];
 
-static void prep_entry(struct icache_entry *e, uint32_t id)
-{
-    e->id = id;
-    e->namelen = 16 + id % 49;
-    e->inode = kmem_cache_alloc(inode_cache, KM_SLEEP);
-    e->dentry = kmem_cache_alloc(dentry_cache, KM_SLEEP);
-    e->name = kmem_alloc(e->namelen, KM_SLEEP);
-    stamp(e->inode, INODE_SIZE, id * 3ull + 1);
-    stamp(e->dentry, DENTRY_SIZE, id * 3ull + 2);
-    stamp(e->name, e->namelen, id * 3ull + 3);
-    __atomic_fetch_add(&shared_live.v, INODE_SIZE + DENTRY_SIZE + e->namelen, __ATOMIC_RELAXED);
-}
 
 static void fileio_prepare(void)
 {
