@@ -8,14 +8,20 @@
 #include "report.h"
 #include "../page/page.h"
 
-__thread struct sk_thread *sk_self __attribute__((tls_model("initial-exec")));
+_Alignas(CACHE_LINE) const char thread_cpu_empty[CPU_EMPTY_SIZE];
+
+/* The states of a thread before its first slow path and after its key
+ * destructor has run: no per-thread state, so every fast path misses.
+ * Shared by all threads, never written. */
+#define NO_CPU_STATE { [0 ... THREAD_CPU_INLINE] = CPU_EMPTY }
+static struct sk_thread thread_unattached = { .cpu = NO_CPU_STATE, .state = THREAD_UNATTACHED };
+static struct sk_thread thread_exited = { .cpu = NO_CPU_STATE, .state = THREAD_EXITED };
+
+/* Initialised, so a new thread (and, after a dlopen, every running one: the
+ * dynamic linker copies the relocated image) starts unattached, not NULL. */
+__thread struct sk_thread *sk_self __attribute__((tls_model("initial-exec"))) = &thread_unattached;
 struct sk_lock thread_list_lock = SK_LOCK_INIT;
 struct sk_thread *thread_list;
-
-/* The state of a thread whose key destructor has run: no caches, so every
- * allocation takes the shared path.  Shared by all exiting threads, never
- * written after start-up. */
-static struct sk_thread thread_exited = { .state = THREAD_EXITED };
 
 static struct sk_lock pool_lock = SK_LOCK_INIT;
 static struct sk_thread *pool;          /* released structs, linked by next */
@@ -46,6 +52,8 @@ static struct sk_thread *pool_get(void)
     pool = t->next;
     lock_release(&pool_lock);
     memset(t, 0, sizeof *t);
+    for (unsigned i = 0; i <= THREAD_CPU_INLINE; i++)
+        t->cpu[i] = CPU_EMPTY;
     return t;
 }
 
@@ -75,12 +83,16 @@ static void ensure_key(void)
 
 struct sk_thread *thread_attach(void)
 {
+    if (sk_self != &thread_unattached)
+        return sk_self;                /* exited (or attaching right now) */
     /* Until the struct exists, allocations made while creating it (there
      * should be none) take the shared path rather than recursing. */
     sk_self = &thread_exited;
     struct sk_thread *t = pool_get();
-    if (!t)
+    if (!t) {
+        sk_self = &thread_unattached;  /* try again next time */
         return &thread_exited;
+    }
     t->state = THREAD_LIVE;
     t->tid = (uint32_t)syscall(SYS_gettid);
     t->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)t->tid << 32) ^ (uintptr_t)t;
@@ -96,6 +108,15 @@ struct sk_thread *thread_attach(void)
     if (key_state == 2)
         pthread_setspecific(exit_key, t);
     return t;
+}
+
+void **thread_cpu_peek(struct sk_thread *t, unsigned id)
+{
+    if (id < THREAD_CPU_INLINE)
+        return &t->cpu[id];
+    if (id - THREAD_CPU_INLINE < t->cpu_more_len)
+        return &t->cpu_more[id - THREAD_CPU_INLINE];
+    return NULL;
 }
 
 void **thread_cpu_slot(struct sk_thread *t, unsigned id)

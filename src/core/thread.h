@@ -3,12 +3,21 @@
  * struct sk_thread needs no lock.  One initial-exec TLS pointer (sk_self) is
  * the whole static-TLS footprint, so the library also works when dlopen()ed.
  *
- * Life cycle: created on a thread's first allocation (thread_self slow path);
- * at thread exit a pthread key destructor hands everything cached back to the
- * shared layers (cache_thread_exit, page_thread_exit) and points sk_self at a
- * static "exited" state with no caches: destructors that run later still
- * allocate and free, through the shared (locked) paths, and never recreate a
- * cache that would leak.  The struct goes back to a pool and is reused.
+ * Life cycle: sk_self starts at a static "unattached" state and the struct is
+ * created on the thread's first slow path (thread_self); at thread exit a
+ * pthread key destructor hands everything cached back to the shared layers
+ * (cache_thread_exit, page_thread_exit) and points sk_self at a static
+ * "exited" state: destructors that run later still allocate and free, through
+ * the shared (locked) paths, and never recreate a cache that would leak.  The
+ * struct goes back to a pool and is reused.
+ *
+ * sk_self is never NULL and a per-cache slot is never NULL either: a slot
+ * with no state holds CPU_EMPTY, a read-only zeroed block, and every design
+ * lays out its per-thread state so that all-zero means "take the slow path"
+ * (no rounds, no free list).  So a fast path is sk_self->cpu[cp->cpu_slot]
+ * with no test at all: the static states and the overflow slot (caches whose
+ * id is beyond the inline slots) hold CPU_EMPTY too, and the slow path sorts
+ * out which case it is.
  *
  * Locking: thread_list_lock protects the list of all threads (walked by
  * kmem_cache_destroy, kmem_reap, statistics and the fork child). */
@@ -21,14 +30,21 @@
 struct page_desc;
 
 #define THREAD_CPU_INLINE 64     /* per-cache slots held inline: the generic caches fit */
+#define THREAD_CPU_OVERFLOW THREAD_CPU_INLINE   /* cpu_slot of caches with larger ids: always CPU_EMPTY */
 
-enum thread_state { THREAD_LIVE, THREAD_EXITED };
+/* The zeroed, read-only stand-in for "no per-thread state" (see above); a
+ * design's fast-path fields must lie within its first CPU_EMPTY_SIZE bytes. */
+#define CPU_EMPTY_SIZE 256
+extern const char thread_cpu_empty[CPU_EMPTY_SIZE];
+#define CPU_EMPTY ((void *)thread_cpu_empty)
+
+enum thread_state { THREAD_UNATTACHED, THREAD_LIVE, THREAD_EXITED };
 
 struct sk_thread {
     /* Object layer: this thread's per-cache state (magazines, cpu slab, LIFO
      * queue...), indexed by kmem_cache.id; NULL until the design creates it. */
-    void *cpu[THREAD_CPU_INLINE];
-    void **cpu_more;             /* slots for ids >= THREAD_CPU_INLINE */
+    void *cpu[THREAD_CPU_INLINE + 1];   /* CPU_EMPTY when none; [THREAD_CPU_OVERFLOW] always */
+    void **cpu_more;             /* slots for ids >= THREAD_CPU_INLINE (NULL or CPU_EMPTY when none) */
     unsigned cpu_more_len;
 
     /* Page layer: the lazy list of single free pages (linked through
@@ -49,12 +65,14 @@ extern __thread struct sk_thread *sk_self __attribute__((tls_model("initial-exec
 extern struct sk_lock thread_list_lock;
 extern struct sk_thread *thread_list;  /* head of all live threads */
 
+/* The calling thread's state, attaching it on first use; the static exited
+ * state once its key destructor has run (or if memory is short). */
 struct sk_thread *thread_attach(void);
 
 SK_INLINE struct sk_thread *thread_self(void)
 {
     struct sk_thread *t = sk_self;
-    if (likely(t != NULL))
+    if (likely(t->state == THREAD_LIVE))
         return t;
     return thread_attach();
 }
@@ -62,6 +80,11 @@ SK_INLINE struct sk_thread *thread_self(void)
 /* Slot for per-cache state of cache id `id` in thread t (grows cpu_more on
  * demand); NULL if t has exited (callers then use the shared path). */
 void **thread_cpu_slot(struct sk_thread *t, unsigned id);
+/* The same without growing: NULL when t has no slot for id (another thread's
+ * state, read by statistics, destroy and exit). */
+void **thread_cpu_peek(struct sk_thread *t, unsigned id);
+/* Whether a slot's content is real per-thread state. */
+SK_INLINE bool thread_cpu_present(const void *cpu) { return cpu != NULL && cpu != CPU_EMPTY; }
 
 /* Implemented by the layers: give back what t caches. Called at thread exit
  * and, in a fork child, for every thread that did not survive the fork. */

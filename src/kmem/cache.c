@@ -216,6 +216,7 @@ static struct kmem_cache *cache_create(const char *name, size_t size, size_t ali
         return NULL;
     }
     cp->id = (unsigned)id;
+    cp->cpu_slot = cp->id < THREAD_CPU_INLINE ? cp->id : THREAD_CPU_OVERFLOW;
     if (sk_design.cache_init(cp) != 0) {
         lock_acquire(&cache_list_lock);
         id_free(cp->id);
@@ -256,12 +257,10 @@ SK_API kmem_cache_t *kmem_cache_create(const char *name, size_t size, size_t ali
  * t: t has exited, or cp is being destroyed and must not be in use). */
 static void cache_flush_slot(struct kmem_cache *cp, struct sk_thread *t)
 {
-    unsigned id = cp->id;
-    void **slot = id < THREAD_CPU_INLINE ? &t->cpu[id]
-                : id - THREAD_CPU_INLINE < t->cpu_more_len ? &t->cpu_more[id - THREAD_CPU_INLINE] : NULL;
-    if (slot && *slot) {
+    void **slot = thread_cpu_peek(t, cp->id);
+    if (slot && thread_cpu_present(*slot)) {
         void *cpu = *slot;
-        *slot = NULL;
+        *slot = CPU_EMPTY;
         sk_design.thread_exit(cp, cpu);
     }
 }
@@ -316,6 +315,15 @@ void cache_thread_exit(struct sk_thread *t)
 /* The design's alloc returned NULL (see cache.h). */
 SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags)
 {
+    if (flags & KM_MALLOC) {
+        cache_reap_all();
+        void *p = sk_design.alloc(cp, KM_NOSLEEP);
+        if (!p) {
+            __atomic_fetch_add(&cp->failures, 1, __ATOMIC_RELAXED);
+            errno = ENOMEM;
+        }
+        return p;
+    }
     if (flags & KM_NOSLEEP) {
         __atomic_fetch_add(&cp->failures, 1, __ATOMIC_RELAXED);
         return NULL;
@@ -333,7 +341,7 @@ SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags)
  * across the call: key = cp | (flags & KM_NOSLEEP) (a cache is at least
  * 8-aligned, checked in cache_create); the empty asm makes the compiler form
  * it before the call instead of keeping cp and flags both. */
-#define KEY_FLAGS KM_NOSLEEP
+#define KEY_FLAGS (KM_NOSLEEP | KM_MALLOC)
 SK_COLD SK_NOINLINE static void *cache_alloc_failed_key(uintptr_t key)
 {
     return cache_alloc_failed((struct kmem_cache *)(key & ~(uintptr_t)KEY_FLAGS), (int)(key & KEY_FLAGS));

@@ -36,7 +36,9 @@
 
 struct kmem_cache {
     /* Read on the fast path: keep first. */
-    unsigned id;               /* index into sk_thread.cpu[] */
+    unsigned cpu_slot;         /* sk_thread.cpu[] index on the fast paths: id, or
+                                  THREAD_CPU_OVERFLOW (always CPU_EMPTY) beyond the inline slots */
+    unsigned id;               /* per-thread state index (thread_cpu_slot) */
     unsigned flags;
     size_t size;               /* bytes the design lays out per object (>= object_size:
                                   the debug layer may add a redzone and audit word) */
@@ -183,15 +185,21 @@ void *cache_generic_kmalloc(size_t size, size_t align, int flags);
 void *cache_large_alloc(size_t size, size_t align, int flags);                  /* any pointer from cache_kmalloc; reports bad ones */
 size_t cache_ksize(const void *p);           /* usable size; 0 if not ours */
 
-/* The per-thread state of cp for this thread, or NULL if the thread has
- * exited (use the shared path). create() builds it on first use. */
+/* The per-thread state of cp for this thread, or NULL if it has none (yet,
+ * or any more: the thread has exited).  For slow paths. */
 SK_INLINE void *cache_cpu(struct kmem_cache *cp)
 {
     struct sk_thread *t = thread_self();
-    if (likely(cp->id < THREAD_CPU_INLINE))
-        return t->cpu[cp->id];
-    void **slot = thread_cpu_slot(t, cp->id);
-    return slot ? *slot : NULL;
+    void **slot = cp->id < THREAD_CPU_INLINE ? &t->cpu[cp->id] : thread_cpu_slot(t, cp->id);
+    return slot && thread_cpu_present(*slot) ? *slot : NULL;
+}
+
+/* For fast paths: this thread's state for cp, never NULL and with no test --
+ * CPU_EMPTY (all zero, read-only) whenever there is none, which every design
+ * lays out to miss its fast path (thread.h). */
+SK_INLINE void *cache_cpu_fast(const struct kmem_cache *cp)
+{
+    return sk_self->cpu[cp->cpu_slot];
 }
 
 /* Slow path: the slot for cp's per-thread state in this thread, where the
@@ -221,6 +229,11 @@ size_t cache_reap_all_urgent(void);
  * KM_SLEEP reaps every cache, retries once, and reports and aborts if the OS
  * still refuses.  For designs' alloc_checked (a tail call from their slow path). */
 SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags);
+
+/* Internal alloc flag (never in the public headers): malloc's failure
+ * contract -- reap every cache, retry once, then NULL with errno = ENOMEM --
+ * so malloc can tail-call alloc_checked.  Designs ignore it. */
+#define KM_MALLOC 2
 
 /* Reporting helpers for designs (all abort). */
 SK_NORETURN SK_COLD void cache_bad_free(struct kmem_cache *cp, const void *p, const char *what);

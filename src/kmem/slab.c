@@ -126,10 +126,19 @@ struct depot {
     uint64_t interval_start;       /* ms, os_now_ms() */
 };
 
-struct slab_cpu {                  /* one per thread per cache */
-    struct magazine *loaded, *previous;
+/* One per thread per cache.  As in Solaris' kmem_cpu_cache, the loaded
+ * magazine's count and capacity live here (its own `rounds` is stale while it
+ * is loaded), so the fast paths read one struct and then one round.  All zero
+ * (CPU_EMPTY: no state yet, or the thread has exited) misses both fast paths:
+ * no rounds to pop, no room to push. */
+struct slab_cpu {
+    uint32_t rounds;               /* rounds in loaded */
+    uint32_t cap;                  /* loaded's capacity; 0 while loaded is mag_none */
+    struct magazine *loaded;       /* &mag_none until the first real magazine */
+    struct magazine *previous;     /* full or empty (count in its own rounds), or &mag_none */
     uint64_t allocs, frees;        /* not yet folded into the cache's totals */
 };
+_Static_assert(sizeof(struct slab_cpu) <= CPU_EMPTY_SIZE, "CPU_EMPTY covers the fast-path fields");
 
 struct slab_cache {
     /* Layout: read-only after cache_init. */
@@ -225,10 +234,11 @@ SK_INLINE struct page_desc *slab_desc(void *obj)
     return (struct page_desc *)region_map[a >> REGION_SHIFT] + ((a & REGION_MASK) >> PAGE_SHIFT);
 }
 
-/* True when obj (on the page of descriptor d) is not the start of a buffer. */
+/* True when obj (on the page of descriptor d) is not the start of a buffer.
+ * Every page of a slab holds the slab's first-buffer address in priv[1]. */
 SK_INLINE bool not_start_d(struct slab_cache *sc, void *obj, struct page_desc *d)
 {
-    return unlikely(buffer_index(sc, (uintptr_t)obj - d->head->priv[1]) >= sc->nobjs);
+    return unlikely(buffer_index(sc, (uintptr_t)obj - d->priv[1]) >= sc->nobjs);
 }
 
 /* The same, looking the descriptor up (compiled out without HARDENED). */
@@ -349,9 +359,9 @@ static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, in
         head[i].cache = cp;
         head[i].head = head;
         head[i].kind = PAGE_SLAB;
+        head[i].priv[1] = (uintptr_t)sp->base;   /* the free path's interior-pointer test */
     }
     head->priv[0] = (uintptr_t)sp;
-    head->priv[1] = (uintptr_t)sp->base;
     return sp;
 }
 
@@ -623,6 +633,23 @@ static struct slab_cpu *cpu_get(struct kmem_cache *cp)
     return cpu;
 }
 
+/* Make m the loaded magazine (its count moves into cpu). */
+static void cpu_load(struct slab_cpu *cpu, struct magazine *m)
+{
+    cpu->loaded = m;
+    cpu->rounds = m->cap ? m->rounds : 0;
+    cpu->cap = m->cap;
+}
+
+/* Write the loaded magazine's count back into it; returns it. */
+static struct magazine *cpu_unload(struct slab_cpu *cpu)
+{
+    struct magazine *m = cpu->loaded;
+    if (m->cap)
+        m->rounds = cpu->rounds;
+    return m;
+}
+
 /* --- Allocation ------------------------------------------------------------ */
 
 static uint64_t ws_last;           /* ms of the last timed walk over every cache */
@@ -652,14 +679,14 @@ SK_NOINLINE static void *slab_alloc_slow(struct kmem_cache *cp, int flags)
         return obj;
     }
     for (;;) {
-        struct magazine *m = cpu->loaded, *p = cpu->previous;
-        if (m->rounds) {
+        if (cpu->rounds) {
             cpu->allocs++;
-            return m->round[--m->rounds];
+            return cpu->loaded->round[--cpu->rounds];
         }
+        struct magazine *m = cpu->loaded, *p = cpu->previous;
         if (p->rounds) {           /* previous is full: swap */
-            cpu->loaded = p;
-            cpu->previous = m;
+            cpu->previous = cpu_unload(cpu);
+            cpu_load(cpu, p);
             continue;
         }
         /* Both empty: trade previous for a full magazine from the depot. */
@@ -669,8 +696,8 @@ SK_NOINLINE static void *slab_alloc_slow(struct kmem_cache *cp, int flags)
             if (p->cap)
                 maglist_push(&sc->depot.empty, p);
             depot_unlock(sc);
-            cpu->previous = m;
-            cpu->loaded = f;
+            cpu->previous = cpu_unload(cpu);
+            cpu_load(cpu, f);
             continue;
         }
         /* No full magazine: make sure loaded is a real one, to refill it. */
@@ -680,24 +707,21 @@ SK_NOINLINE static void *slab_alloc_slow(struct kmem_cache *cp, int flags)
             depot_unlock(sc);
             if (!e)
                 e = mag_new(cap);
-            if (e) {
-                cpu->loaded = e;
-                m = e;
-            }
+            if (e)
+                cpu_load(cpu, e);
         } else {
             depot_unlock(sc);
         }
         break;
     }
     /* The slab layer: fill loaded (one lock hold for a magazine's worth). */
-    struct magazine *m = cpu->loaded;
-    if (m->cap) {
-        uint32_t n = slab_alloc_batch(cp, sc, m->round, m->cap, flags);
+    if (cpu->cap) {
+        uint32_t n = slab_alloc_batch(cp, sc, cpu->loaded->round, cpu->cap, flags);
         if (!n)
             return NULL;
-        m->rounds = n;
+        cpu->rounds = n - 1;
         cpu->allocs++;
-        return m->round[--m->rounds];
+        return cpu->loaded->round[n - 1];
     }
     if (!slab_alloc_batch(cp, sc, &obj, 1, flags))
         return NULL;
@@ -705,32 +729,30 @@ SK_NOINLINE static void *slab_alloc_slow(struct kmem_cache *cp, int flags)
     return obj;
 }
 
-/* This thread's state on the fast paths: no call (so no register saves);
- * a thread not yet attached, or a cache id beyond the inline slots, takes the
- * slow path, which uses cache_cpu(). */
-SK_INLINE struct slab_cpu *cpu_fast(struct kmem_cache *cp)
+/* alloc_checked's slow path: failures settled by the core (cache.h). */
+SK_NOINLINE static void *slab_alloc_slow_checked(struct kmem_cache *cp, int flags)
 {
-    struct sk_thread *t = sk_self;
-    if (likely(t != NULL && cp->id < THREAD_CPU_INLINE))
-        return t->cpu[cp->id];
-    return NULL;
+    void *obj = slab_alloc_slow(cp, flags);
+    return likely(obj != NULL) ? obj : cache_alloc_failed(cp, flags);
 }
 
-/* The fast path: a TLS load, an index, a pop (about 12 instructions). */
-static void *slab_alloc(struct kmem_cache *cp, int flags)
+/* The fast path: the thread's slot (a TLS load and an index, no test: an
+ * empty slot is CPU_EMPTY), the loaded count, a pop -- 13 instructions.
+ * `slow` is a constant at both call sites, so each compiles to a tail jump. */
+SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struct kmem_cache *, int))
 {
-    struct slab_cpu *cpu = cpu_fast(cp);
-    if (likely(cpu != NULL)) {
-        struct magazine *m = cpu->loaded;
-        uint32_t r = m->rounds;
-        if (likely(r != 0)) {
-            m->rounds = r - 1;
-            cpu->allocs++;
-            return m->round[r - 1];
-        }
+    struct slab_cpu *cpu = cache_cpu_fast(cp);
+    uint32_t r = cpu->rounds;
+    if (likely(r != 0)) {
+        cpu->rounds = r - 1;
+        cpu->allocs++;
+        return cpu->loaded->round[r - 1];
     }
-    return slab_alloc_slow(cp, flags);
+    return slow(cp, flags);
 }
+
+static void *slab_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slab_alloc_slow); }
+static void *slab_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slab_alloc_slow_checked); }
 
 /* --- Free ---------------------------------------------------------------------- */
 
@@ -750,18 +772,18 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
     }
     for (;;) {
         struct magazine *m = cpu->loaded, *p = cpu->previous;
-        uint32_t r = m->rounds;
+        uint32_t r = cpu->rounds;
         if (HARDENED && mag_top(m, r) == obj)
             report_double_free(cp, obj, "on top of the thread's magazine");
-        if (r < m->cap) {
+        if (r < cpu->cap) {
             m->round[r] = obj;
-            m->rounds = r + 1;
+            cpu->rounds = r + 1;
             cpu->frees++;
             return;
         }
         if (p->cap && p->rounds == 0) {   /* previous is empty: swap */
-            cpu->loaded = p;
-            cpu->previous = m;
+            cpu->previous = cpu_unload(cpu);
+            cpu_load(cpu, p);
             continue;
         }
         /* Trade the full previous for an empty magazine from the depot. */
@@ -777,8 +799,8 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
             if (p->cap)
                 maglist_push(&sc->depot.full, p);
             depot_unlock(sc);
-            cpu->previous = m;
-            cpu->loaded = e;
+            cpu->previous = cpu_unload(cpu);
+            cpu_load(cpu, e);
             continue;
         }
         depot_unlock(sc);
@@ -791,8 +813,8 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
             maglist_push(&sc->depot.full, p);
             depot_unlock(sc);
         }
-        cpu->previous = m->cap ? m : &mag_none;
-        cpu->loaded = e;
+        cpu->previous = cpu_unload(cpu);
+        cpu_load(cpu, e);
     }
     /* Out of memory for magazines: straight to the slab. */
     slab_free_batch(cp, sc, &obj, 1);
@@ -808,18 +830,16 @@ SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, struct page_desc *d)
 {
     if (HARDENED && not_start_d(SC(cp), obj, d))
         goto slow;
-    struct slab_cpu *cpu = cpu_fast(cp);
-    if (likely(cpu != NULL)) {
+    struct slab_cpu *cpu = cache_cpu_fast(cp);
+    uint32_t r = cpu->rounds;
+    if (likely(r < cpu->cap)) {
         struct magazine *m = cpu->loaded;
-        uint32_t r = m->rounds;
-        if (likely(r < m->cap)) {
-            if (HARDENED && unlikely(mag_top(m, r) == obj))
-                goto slow;
-            m->round[r] = obj;
-            m->rounds = r + 1;
-            cpu->frees++;
-            return;
-        }
+        if (HARDENED && unlikely(mag_top(m, r) == obj))
+            goto slow;
+        m->round[r] = obj;
+        cpu->rounds = r + 1;
+        cpu->frees++;
+        return;
     }
 slow:
     slab_free_slow(cp, obj);
@@ -1073,7 +1093,7 @@ static void slab_thread_exit(struct kmem_cache *cp, void *arg)
 {
     struct slab_cache *sc = SC(cp);
     struct slab_cpu *cpu = arg;
-    struct magazine *mags[2] = { cpu->loaded, cpu->previous };
+    struct magazine *mags[2] = { cpu_unload(cpu), cpu->previous };
     for (int i = 0; i < 2; i++) {
         struct magazine *m = mags[i];
         if (!m->cap)
@@ -1106,16 +1126,13 @@ static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
      * our caller holds); the numbers are exact once threads have exited. */
     lock_acquire(&thread_list_lock);
     for (struct sk_thread *t = thread_list; t; t = t->next) {
-        struct slab_cpu *cpu = NULL;
-        if (cp->id < THREAD_CPU_INLINE)
-            cpu = __atomic_load_n(&t->cpu[cp->id], __ATOMIC_RELAXED);
-        else if (t == thread_self() && cp->id - THREAD_CPU_INLINE < t->cpu_more_len)
-            cpu = t->cpu_more[cp->id - THREAD_CPU_INLINE];
-        if (!cpu)
+        void **slot = thread_cpu_peek(t, cp->id);
+        struct slab_cpu *cpu = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : NULL;
+        if (!thread_cpu_present(cpu))
             continue;
-        struct magazine *l = __atomic_load_n(&cpu->loaded, __ATOMIC_RELAXED);
+        uint32_t r = __atomic_load_n(&cpu->rounds, __ATOMIC_RELAXED);
         struct magazine *p = __atomic_load_n(&cpu->previous, __ATOMIC_RELAXED);
-        cached += mag_count(l) + mag_count(p);
+        cached += (r <= MAG_MAX_ROUNDS ? r : 0) + mag_count(p);
         allocs += __atomic_load_n(&cpu->allocs, __ATOMIC_RELAXED);
         frees += __atomic_load_n(&cpu->frees, __ATOMIC_RELAXED);
     }
@@ -1186,6 +1203,7 @@ const struct design_ops slab_design = {
     .cache_init = slab_cache_init,
     .cache_fini = slab_cache_fini,
     .alloc = slab_alloc,
+    .alloc_checked = slab_alloc_checked,
     .free = slab_free,
     .free_desc = slab_free_desc,
     .reap = slab_reap,

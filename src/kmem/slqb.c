@@ -99,6 +99,8 @@ struct slqb_list {
     unsigned long rf_nr;
     uint64_t rf_batches;
 };
+_Static_assert(offsetof(struct slqb_list, allocs) + sizeof(uint64_t) <= CPU_EMPTY_SIZE,
+               "CPU_EMPTY covers the fast-path fields");
 
 struct slqb_cache {
     /* Read on the fast paths. */
@@ -535,6 +537,8 @@ SK_NOINLINE static void *shared_alloc(struct kmem_cache *cp, int flags)
 
 SK_NOINLINE static void *alloc_slow(struct kmem_cache *cp, struct slqb_list *l, int flags)
 {
+    if (!thread_cpu_present(l))    /* the fast path's CPU_EMPTY: none yet, or an id beyond the inline slots */
+        l = cache_cpu(cp);
     if (!l) {
         l = list_create(cp);
         if (!l)
@@ -564,21 +568,31 @@ SK_NOINLINE static void *alloc_slow(struct kmem_cache *cp, struct slqb_list *l, 
     return obj;
 }
 
-/* Fast path: pop the LIFO. */
-static void *slqb_alloc(struct kmem_cache *cp, int flags)
+/* alloc_checked's slow path: failures settled by the core (cache.h). */
+SK_NOINLINE static void *alloc_slow_checked(struct kmem_cache *cp, struct slqb_list *l, int flags)
 {
-    struct slqb_list *l = cache_cpu(cp);
-    if (likely(l != NULL)) {
-        void *obj = l->head;
-        if (likely(obj != NULL)) {
-            l->head = get_next(cp, obj, l->fpoff);
-            l->nr--;
-            l->allocs++;
-            return obj;
-        }
-    }
-    return alloc_slow(cp, l, flags);
+    void *obj = alloc_slow(cp, l, flags);
+    return likely(obj != NULL) ? obj : cache_alloc_failed(cp, flags);
 }
+
+/* Fast path: pop the LIFO.  With no list (CPU_EMPTY, all zero) head is NULL.
+ * `slow` is a constant at both call sites: a tail call. */
+SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags,
+                           void *(*slow)(struct kmem_cache *, struct slqb_list *, int))
+{
+    struct slqb_list *l = cache_cpu_fast(cp);
+    void *obj = l->head;
+    if (likely(obj != NULL)) {
+        l->head = get_next(cp, obj, l->fpoff);
+        l->nr--;
+        l->allocs++;
+        return obj;
+    }
+    return slow(cp, l, flags);
+}
+
+static void *slqb_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, alloc_slow); }
+static void *slqb_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, alloc_slow_checked); }
 
 /* --- Free ---------------------------------------------------------------- */
 
@@ -586,6 +600,8 @@ SK_NOINLINE static void free_slow(struct kmem_cache *cp, struct slqb_list *l,
                                   struct page_desc *s, void *obj)
 {
     struct slqb_cache *c = slqb(cp);
+    if (!thread_cpu_present(l))
+        l = cache_cpu(cp);
     if (!l) {
         l = list_create(cp);
         if (!l) {
@@ -614,22 +630,26 @@ SK_COLD SK_NORETURN static void bad_pointer(struct kmem_cache *cp, void *obj)
     cache_bad_free(cp, obj, "free: invalid pointer (not the start of an object)");
 }
 
-/* Fast path: an object of one of this thread's slabs goes on its LIFO. */
-static void slqb_free(struct kmem_cache *cp, void *obj)
+/* Fast path: an object of one of this thread's slabs goes on its LIFO.  d is
+ * the descriptor of obj's frame (the core's lookup). */
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, struct page_desc *d)
 {
     struct slqb_cache *c = slqb(cp);
-    struct page_desc *s = slab_of(obj);
+    struct page_desc *s = d->head;
     uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(s);
     uint64_t idx = ((uint64_t)off * c->recip) >> RECIP_SHIFT;
     if (unlikely(HARDENED && (idx * c->bsize != off || idx >= c->objs)))
         bad_pointer(cp, obj);
-    struct slqb_list *l = cache_cpu(cp);
-    if (likely(l != NULL && (struct slqb_list *)s->priv[SLAB_OWNER] == l)) {
+    struct slqb_list *l = cache_cpu_fast(cp);      /* CPU_EMPTY owns no slab */
+    if (likely((struct slqb_list *)s->priv[SLAB_OWNER] == l)) {
         lifo_push(cp, l, obj);
         return;
     }
     free_slow(cp, l, s, obj);
 }
+
+static void slqb_free(struct kmem_cache *cp, void *obj) { free_fast(cp, obj, page_desc_of(obj)); }
+static void slqb_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d) { free_fast(cp, obj, d); }
 
 /* --- Thread exit, reap --------------------------------------------------- */
 
@@ -890,7 +910,9 @@ const struct design_ops slqb_design = {
     .cache_init = slqb_cache_init,
     .cache_fini = slqb_cache_fini,
     .alloc = slqb_alloc,
+    .alloc_checked = slqb_alloc_checked,
     .free = slqb_free,
+    .free_desc = slqb_free_desc,
     .reap = slqb_reap,
     .thread_exit = slqb_thread_exit,
     .stats = slqb_stats,

@@ -492,17 +492,10 @@ SK_INLINE void cpu_set_slab(struct slub_cache *sc, struct slub_cpu *c, struct pa
 
 /* --- Allocation ------------------------------------------------------------ */
 
-/* cache_cpu for the fast paths: NULL whenever anything is unusual (no thread
- * state yet, an id beyond the inline slots, no state for cp); the slow paths
- * then do the full lookup.  Keeps the fast paths free of calls, so they
- * need no stack frame. */
-SK_INLINE struct slub_cpu *cpu_fast(struct kmem_cache *cp)
-{
-    struct sk_thread *t = sk_self;
-    if (likely(t != NULL && cp->id < THREAD_CPU_INLINE))
-        return t->cpu[cp->id];
-    return NULL;
-}
+/* The fast paths take cache_cpu_fast(cp): CPU_EMPTY (all zero) when the
+ * thread has no state for cp -- no freelist to pop, a span of 0 that no
+ * object lies in -- so both miss, and the slow paths do the full lookup. */
+_Static_assert(sizeof(struct slub_cpu) <= CPU_EMPTY_SIZE, "CPU_EMPTY covers the fast-path fields");
 
 /* Node partial slabs: the first becomes the active slab (its list is
  * returned), more fill the cpu partial list up to half its bound (Linux
@@ -683,21 +676,29 @@ SK_NOINLINE static void *slub_alloc_slow(struct kmem_cache *cp, int flags)
     return alloc_refill(cp, sc, c, flags);
 }
 
-/* Fast path: TLS load, slot load, pop with the obfuscated next pointer
- * (~20 instructions, no stack frame: every other case is a tail call). */
-static void *slub_alloc(struct kmem_cache *cp, int flags)
+/* alloc_checked's slow path: failures settled by the core (cache.h). */
+SK_NOINLINE static void *slub_alloc_slow_checked(struct kmem_cache *cp, int flags)
 {
-    struct slub_cpu *c = cpu_fast(cp);
-    if (likely(c != NULL)) {
-        void *obj = c->freelist;
-        if (likely(obj != NULL)) {
-            c->freelist = get_fp(cp, obj, c->fp_off);
-            c->allocs++;
-            return obj;
-        }
-    }
-    return slub_alloc_slow(cp, flags);
+    void *obj = slub_alloc_slow(cp, flags);
+    return likely(obj != NULL) ? obj : cache_alloc_failed(cp, flags);
 }
+
+/* Fast path: TLS load, slot load, pop with the obfuscated next pointer (no
+ * stack frame: every other case is a tail call to the constant `slow`). */
+SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struct kmem_cache *, int))
+{
+    struct slub_cpu *c = cache_cpu_fast(cp);
+    void *obj = c->freelist;
+    if (likely(obj != NULL)) {
+        c->freelist = get_fp(cp, obj, c->fp_off);
+        c->allocs++;
+        return obj;
+    }
+    return slow(cp, flags);
+}
+
+static void *slub_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slub_alloc_slow); }
+static void *slub_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slub_alloc_slow_checked); }
 
 /* --- Free ------------------------------------------------------------------- */
 
@@ -792,7 +793,7 @@ SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_cpu *c, void *o
 SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj, struct slub_cpu *c)
 {
     struct slub_cache *sc = cache_priv(cp);
-    if (!c) {                  /* the fast path had no state: none yet, or a cache id >= 64 */
+    if (!thread_cpu_present(c)) {  /* the fast path had no state: none yet, or a cache id >= 64 */
         c = cache_cpu(cp);
         if (c && free_to_active(cp, c, obj))
             return;
@@ -829,10 +830,17 @@ SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj, struct 
  * free test are a subtract, a multiply, a rotate and three compares. */
 static void slub_free(struct kmem_cache *cp, void *obj)
 {
-    struct slub_cpu *c = cpu_fast(cp);
-    if (likely(c != NULL) && likely(free_to_active(cp, c, obj)))
+    struct slub_cpu *c = cache_cpu_fast(cp);
+    if (likely(free_to_active(cp, c, obj)))
         return;
     slub_free_slow(cp, obj, c);
+}
+
+/* The active-slab test needs no descriptor: the core's lookup is unused. */
+static void slub_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d)
+{
+    (void)d;
+    slub_free(cp, obj);
 }
 
 /* --- Cache set-up and tear-down ---------------------------------------------- */
@@ -998,11 +1006,9 @@ static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
     uint64_t frees = __atomic_load_n(&sc->frees, __ATOMIC_RELAXED);
     lock_acquire(&thread_list_lock);
     for (struct sk_thread *t = thread_list; t; t = t->next) {
-        void **slot = cp->id < THREAD_CPU_INLINE ? &t->cpu[cp->id]
-                    : cp->id - THREAD_CPU_INLINE < t->cpu_more_len ? &t->cpu_more[cp->id - THREAD_CPU_INLINE]
-                    : NULL;
+        void **slot = thread_cpu_peek(t, cp->id);
         struct slub_cpu *c = slot ? __atomic_load_n((struct slub_cpu **)slot, __ATOMIC_ACQUIRE) : NULL;
-        if (c) {
+        if (thread_cpu_present(c)) {
             allocs += __atomic_load_n(&c->allocs, __ATOMIC_RELAXED);
             frees += __atomic_load_n(&c->frees, __ATOMIC_RELAXED);
         }
@@ -1048,7 +1054,9 @@ const struct design_ops slub_design = {
     .cache_init = slub_cache_init,
     .cache_fini = slub_cache_fini,
     .alloc = slub_alloc,
+    .alloc_checked = slub_alloc_checked,
     .free = slub_free,
+    .free_desc = slub_free_desc,
     .reap = slub_reap,
     .thread_exit = slub_thread_exit,
     .stats = slub_stats,

@@ -70,21 +70,16 @@ SK_INLINE bool boot_owns(const void *p)
     return (uintptr_t)p - (uintptr_t)boot_arena < BOOT_ARENA_SIZE;
 }
 
-/* malloc(size), sizes up to 1 KiB: one table load, the design's alloc through
- * sk_design (one indirect call), a NULL check: 16 instructions around the
- * design's own fast path.  (A tail call to alloc_checked would be 11, but
- * needs malloc's failure semantics -- reap, retry, ENOMEM -- in
- * cache_alloc_failed, and costs 4 more through the shim while the default
- * design has no alloc_checked of its own.) */
+/* malloc(size), sizes up to 1 KiB: one table load, then a tail jump to the
+ * design's alloc_checked, which settles a failure with malloc's contract
+ * (KM_MALLOC: reap, retry, errno = ENOMEM): 10 instructions around the
+ * design's own fast path, no stack frame. */
 SK_INLINE void *malloc_fast(size_t size)
 {
     if (likely(size <= MALLOC_SMALL_MAX)) {
         struct kmem_cache *cp = malloc_small[(size + 15) >> 4];
-        if (likely(cp != NULL)) {
-            void *p = sk_design.alloc(cp, KM_NOSLEEP);
-            if (likely(p != NULL))
-                return p;
-        }
+        if (likely(cp != NULL))
+            return sk_design.alloc_checked(cp, KM_NOSLEEP | KM_MALLOC);
     }
     return malloc_slow(size);
 }

@@ -3,8 +3,9 @@
  * malloc_dlopen.c — libslabkit.so loaded with dlopen(RTLD_NOW | RTLD_LOCAL)
  * into a running program (as the IMAS selector loads it), not preloaded: it
  * must load (its static TLS fits glibc's surplus), initialise, and serve its
- * malloc family through dlsym from several threads, while the program's own
- * malloc stays glibc's. */
+ * malloc family through dlsym from several threads -- one of them started
+ * before the dlopen, whose copy of the library's static TLS the dynamic linker
+ * initialises at load time -- while the program's own malloc stays glibc's. */
 #include <pthread.h>
 #include "malloc_test.h"
 
@@ -33,8 +34,24 @@ static void *worker(void *arg)
     return (void *)(uintptr_t)bad;
 }
 
+/* A thread that exists before the library is loaded, then allocates. */
+static pthread_mutex_t loaded_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t loaded_cv = PTHREAD_COND_INITIALIZER;
+static bool loaded;
+
+static void *early_worker(void *arg)
+{
+    pthread_mutex_lock(&loaded_lock);
+    while (!loaded)
+        pthread_cond_wait(&loaded_cv, &loaded_lock);
+    pthread_mutex_unlock(&loaded_lock);
+    return worker(arg);
+}
+
 int main(void)
 {
+    pthread_t early;
+    REQUIRE(pthread_create(&early, NULL, early_worker, (void *)7) == 0);
     const char *build = getenv("SLABKIT_BUILD");
     char path[4096];
     snprintf(path, sizeof path, "%s/libslabkit.so", build ? build : "build");
@@ -51,6 +68,10 @@ int main(void)
     REQUIRE(design && sk_malloc && sk_free && sk_realloc && sk_calloc && sk_usable && sk_posix_memalign);
     REQUIRE(sk_malloc != (void *(*)(size_t))malloc, "dlsym found glibc's malloc, not slabkit's");
     printf("dlopen'ed slabkit: design %s\n", design());
+    pthread_mutex_lock(&loaded_lock);
+    loaded = true;
+    pthread_cond_signal(&loaded_cv);
+    pthread_mutex_unlock(&loaded_lock);
 
     char *p = sk_malloc(100);
     REQUIRE(p != NULL);
@@ -76,6 +97,9 @@ int main(void)
         pthread_join(t[i], &bad);
         CHECK(bad == NULL, "thread %d: %lu bad blocks", i, (unsigned long)(uintptr_t)bad);
     }
+    void *early_bad;
+    pthread_join(early, &early_bad);
+    CHECK(early_bad == NULL, "thread started before dlopen: %lu bad blocks", (unsigned long)(uintptr_t)early_bad);
     /* The program's own malloc is still glibc's and unaffected. */
     char *g = malloc(50);
     CHECK(g != NULL);
