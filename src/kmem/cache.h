@@ -166,10 +166,10 @@ SK_INLINE bool cache_desc_lookup(const void *p, struct page_desc **dp)
     uintptr_t a = (uintptr_t)p;
     if (unlikely(a >> ADDRESS_BITS))
         return false;
-    uintptr_t base = region_map[a >> REGION_SHIFT];
-    if (unlikely(base == 0 || (base & 1)))
+    uintptr_t e = region_map[a >> REGION_SHIFT];
+    if (unlikely(!(e & MAP_REGION)))
         return false;
-    *dp = (struct page_desc *)base + ((a & REGION_MASK) >> PAGE_SHIFT);
+    *dp = map_desc(e, a);
     return true;
 }
 

@@ -231,7 +231,7 @@ SK_INLINE uint64_t buffer_index(const struct slab_cache *sc, uintptr_t off)
 SK_INLINE struct page_desc *slab_desc(void *obj)
 {
     uintptr_t a = (uintptr_t)obj;
-    return (struct page_desc *)region_map[a >> REGION_SHIFT] + ((a & REGION_MASK) >> PAGE_SHIFT);
+    return map_desc(region_map[a >> REGION_SHIFT], a);
 }
 
 /* True when obj (on the page of descriptor d) is not the start of a buffer.

@@ -2,8 +2,8 @@
  * is one mapping aligned to max(REGION_SIZE, align): its first page is a
  * header (struct huge_hdr), the user block starts `align` (>= PAGE_SIZE)
  * after it.  Every REGION_SIZE slot the mapping covers has region_map =
- * header address | 1, so huge_size/huge_owns are one load plus a check, and
- * page_desc_of() says "not a region page" for them.  Freed with munmap.
+ * header address (untagged, page.h), so huge_size/huge_owns are one load plus
+ * a check, and page_desc_of() says "not a region page" for them.  Freed with munmap.
  * No lock: each mapping owns its region_map slots; statistics are atomic
  * adds (this is never a fast path). */
 #include <errno.h>
@@ -28,9 +28,9 @@ static struct huge_hdr *huge_hdr_of(const void *p)
     if (a >> ADDRESS_BITS)
         return NULL;
     uintptr_t e = __atomic_load_n(&region_map[a >> REGION_SHIFT], __ATOMIC_ACQUIRE);
-    if (!(e & 1))
+    if (e == 0 || (e & MAP_REGION))
         return NULL;
-    return (struct huge_hdr *)(e & ~(uintptr_t)1);
+    return (struct huge_hdr *)e;
 }
 
 static void mark(uintptr_t start, size_t len, uintptr_t value)
@@ -66,7 +66,7 @@ void *huge_alloc(size_t size, size_t align)
     h->map_len = len;
     h->size = usable;
     h->user = base + align;
-    mark((uintptr_t)base, len, (uintptr_t)base | 1);
+    mark((uintptr_t)base, len, (uintptr_t)base);
     __atomic_fetch_add(&huge_count, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&huge_live_bytes, usable, __ATOMIC_RELAXED);
     return h->user;

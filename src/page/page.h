@@ -6,8 +6,9 @@
  * page descriptors (one 64-byte struct page_desc per 4 KiB frame, like the
  * kernel's struct page) and the region header; the rest are frames for the
  * buddy allocators.  region_map[] maps every 64 MiB of the 47-bit address
- * space to its region base (or, tagged with bit 0, to a huge mapping's header),
- * so address -> descriptor is one load plus arithmetic: page_desc_of().
+ * space to its region base tagged with bit 0 (MAP_REGION), or to a huge
+ * mapping's header (untagged), or 0; so address -> descriptor is one load,
+ * one bit test and one lea (the tag folds into the address): page_desc_of().
  *
  * Block allocation (page_alloc/page_free) goes through the lazy per-thread
  * list for order 0 and to the active back end (buddy.c or ibuddy.c) for the
@@ -81,16 +82,25 @@ struct region {
 
 extern uintptr_t region_map[REGION_MAP_LEN] __attribute__((visibility("hidden")));
 
+/* Tag of region entries: the common case is the one a single bit test accepts. */
+#define MAP_REGION ((uintptr_t)1)
+
+/* Descriptor of address a in the region whose (tagged) entry is e. */
+SK_INLINE struct page_desc *map_desc(uintptr_t e, uintptr_t a)
+{
+    return (struct page_desc *)(e - MAP_REGION + ((a & REGION_MASK) >> PAGE_SHIFT) * sizeof(struct page_desc));
+}
+
 /* Descriptor of the frame holding p, or NULL if p is not in a region of ours. */
 SK_INLINE struct page_desc *page_desc_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
     if (unlikely(a >> ADDRESS_BITS))
         return NULL;
-    uintptr_t base = region_map[a >> REGION_SHIFT];
-    if (unlikely(base == 0 || (base & 1)))
+    uintptr_t e = region_map[a >> REGION_SHIFT];
+    if (unlikely(!(e & MAP_REGION)))
         return NULL;
-    return (struct page_desc *)base + ((a & REGION_MASK) >> PAGE_SHIFT);
+    return map_desc(e, a);
 }
 
 SK_INLINE void *page_address(const struct page_desc *d)

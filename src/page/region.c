@@ -1,6 +1,6 @@
 /* region.c — regions: 64 MiB naturally aligned reservations from the OS, and
  * region_map[], which maps every 64 MiB slot of the 47-bit address space to
- * its region base (or, tagged with bit 0, to a huge mapping's header), so
+ * its region base | MAP_REGION (or to a huge mapping's header, untagged), so
  * page_desc_of() is one load.  Regions are never unmapped (their descriptors
  * may be read by a racing page_desc_of); free memory inside them is purged
  * instead.  region_lock serialises creation and the list of regions. */
@@ -39,7 +39,7 @@ struct region_hdr *region_create(unsigned space)
     r->r.next = (struct region *)region_list;
     region_list = r;
     region_pages_held += REGION_PAGES - REGION_FIRST_PAGE;
-    __atomic_store_n(&region_map[(uintptr_t)base >> REGION_SHIFT], (uintptr_t)base, __ATOMIC_RELEASE);
+    __atomic_store_n(&region_map[(uintptr_t)base >> REGION_SHIFT], (uintptr_t)base | MAP_REGION, __ATOMIC_RELEASE);
     lock_release(&region_lock);
     return r;
 }
