@@ -13,6 +13,13 @@
  *   prodcons            2 threads: one mallocs, the other frees (every free remote)
  *   realloc             a buffer grown by 64 B steps to 1 MiB, repeated
  *
+ *
+ * The "floor" column is floor.c, a null allocator (per-thread LIFOs, no
+ * checks, nothing ever returned), run on the single-thread patterns where it
+ * means something: glibc's time over its time ("ceiling") is the highest
+ * ratio any allocator can reach against glibc in this harness, because the
+ * loop, the opaque calls and the touch of each block cost everyone the same.
+ *
  *   mallocbench [--full] [--repeat N] [--designs slub,slab,...] [--json] */
 #include <stdbool.h>
 #include <pthread.h>
@@ -149,11 +156,13 @@ static long realloc_growth(void)
     return ops;
 }
 
-struct pattern { const char *name; long (*fn)(void); bool single; };
+/* floor: the null allocator runs it (single thread, and no realloc: its least
+ * work there would be growing in place, which it does not do). */
+struct pattern { const char *name; long (*fn)(void); bool single, floor; };
 static const struct pattern patterns[] = {
-    { "hot16", hot16, true }, { "hot64", hot64, true }, { "hot256", hot256, true },
-    { "batch", batch, true }, { "random", random_victims, true },
-    { "prodcons", prodcons, false }, { "realloc", realloc_growth, true },
+    { "hot16", hot16, true, true }, { "hot64", hot64, true, true }, { "hot256", hot256, true, true },
+    { "batch", batch, true, true }, { "random", random_victims, true, true },
+    { "prodcons", prodcons, false, false }, { "realloc", realloc_growth, true, false },
 };
 #define NPAT (sizeof patterns / sizeof patterns[0])
 
@@ -185,7 +194,7 @@ static int child(const char *name)
 
 /* --- the parent ------------------------------------------------------------ */
 
-struct alloc { char name[64]; char preload[512]; char design[16]; };
+struct alloc { char name[64]; char preload[4096]; char design[16]; bool reference; };
 static struct alloc allocs[16];
 static int nalloc;
 static char skipped[512];
@@ -273,15 +282,16 @@ int main(int argc, char **argv)
     if (sl <= 0) { fprintf(stderr, "mallocbench: cannot find /proc/self/exe\n"); return 1; }
     self[sl] = '\0';
 
-    char lib[4096];
-    if (build[0] == '/')
-        snprintf(lib, sizeof lib, "%s/libslabkit.so", build);
-    else {
-        char cwd[2048];
-        if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
-        snprintf(lib, sizeof lib, "%s/%s/libslabkit.so", cwd, build);
-    }
+    char lib[4096], floor_lib[4096];
+    char cwd[2048] = "";
+    if (build[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
+    snprintf(lib, sizeof lib, "%s%s%s/libslabkit.so", cwd, cwd[0] ? "/" : "", build);
+    snprintf(floor_lib, sizeof floor_lib, "%s%s%s/bench/libfloor.so", cwd, cwd[0] ? "/" : "", build);
     add_alloc("glibc", NULL, NULL);
+    if (access(floor_lib, R_OK) == 0) {
+        add_alloc("floor", floor_lib, NULL);
+        allocs[nalloc - 1].reference = true;
+    }
     if (access(lib, R_OK) == 0) {
         add_alloc("slabkit", lib, NULL);          /* the default design */
         char list[256];
@@ -314,6 +324,8 @@ int main(int argc, char **argv)
             for (int a = 0; a < nalloc; a++) {
                 double v;
                 long m;
+                if (allocs[a].reference && !patterns[p].floor)
+                    continue;
                 if (run_child(self, &allocs[a], patterns[p].name, &v, &m)) {
                     ns[p][a][got[p][a]] = v;
                     rss[p][a][got[p][a]] = m;
@@ -337,9 +349,11 @@ int main(int argc, char **argv)
             for (int i = 0; i < n; i++) mx = rss[p][a][i] > mx ? rss[p][a][i] : mx;
             peak[p][a] = mx;
         }
-    int sk = -1;
-    for (int a = 0; a < nalloc; a++)
+    int sk = -1, fl = -1;
+    for (int a = 0; a < nalloc; a++) {
         if (strcmp(allocs[a].name, "slabkit") == 0) sk = a;
+        if (allocs[a].reference) fl = a;
+    }
 
     if (json) {
         printf("{\"benchmark\": \"mallocbench\", \"repeat\": %d, \"unit\": \"ns/op\", \"results\": [", repeat);
@@ -359,13 +373,13 @@ int main(int argc, char **argv)
     printf("%-9s", "pattern");
     for (int a = 0; a < nalloc; a++)
         printf(" %17s", allocs[a].name);
-    printf(" %9s %9s %8s\n", "glibc/sk", "best/sk", "rss sk/g");
-    int miss2x = 0, missbest = 0, missrss = 0;
+    printf(" %9s %9s %8s %8s\n", "glibc/sk", "best/sk", "rss sk/g", "ceiling");
+    int miss2x = 0, missbest = 0, missrss = 0, beyond = 0;
     for (size_t p = 0; p < NPAT; p++) {
         printf("%-9s", patterns[p].name);
         double best = -1;
         for (int a = 0; a < nalloc; a++) {
-            if (med[p][a] < 0) { printf(" %17s", "failed"); continue; }
+            if (med[p][a] < 0) { printf(" %17s", allocs[a].reference && !patterns[p].floor ? "-" : "failed"); continue; }
             printf(" %7.1f ±%3.0f%% %5ldK", med[p][a], 100 * spread[p][a], peak[p][a] > 99999 ? peak[p][a] / 1024 : peak[p][a]);
             const char *n = allocs[a].name;
             if ((!strcmp(n, "jemalloc") || !strcmp(n, "tcmalloc") || !strcmp(n, "mimalloc")) &&
@@ -377,6 +391,11 @@ int main(int argc, char **argv)
             double vb = best > 0 ? best / med[p][sk] : 0;
             double rr = (double)peak[p][sk] / (double)(peak[p][0] ? peak[p][0] : 1);
             printf(" %9.2f %9.2f %8.2f", vg, vb, rr);
+            if (fl >= 0 && med[p][fl] > 0) {
+                double ceiling = med[p][0] / med[p][fl];
+                printf(" %8.2f", ceiling);
+                if (patterns[p].single && vg < 2 && ceiling < 2) beyond++;
+            }
             if (patterns[p].single && vg < 2) miss2x++;
             if (best > 0 && vb < 1) missbest++;
             if (rr > 1.25) missrss++;
@@ -389,6 +408,8 @@ int main(int argc, char **argv)
                "no slower than the best of jemalloc/tcmalloc/mimalloc on most patterns: %d of %zu slower; "
                "peak RSS <= 1.25x glibc: %d missed\n",
                miss2x ? "NO" : "yes", miss2x, missbest, NPAT, missrss);
+    if (beyond)
+        printf("(%d of the missed 2x are beyond the harness ceiling: the null allocator itself is under 2x glibc there)\n", beyond);
     if (skipped[0])
         printf("skipped (not installed):%s\n", skipped);
     return 0;

@@ -30,26 +30,29 @@ static int key_state;                   /* 0 none, 1 creating, 2 ready */
 
 static void thread_detach(void *arg);
 
+/* Structs come from blocks of pages carved on demand (a bump pointer, so a
+ * program with one thread touches one struct's worth of the block, not all of
+ * it); released ones go to the pool.  Blocks are never unmapped. */
 static struct sk_thread *pool_get(void)
 {
+    static struct sk_thread *carve, *carve_end;
     lock_acquire(&pool_lock);
-    if (!pool) {
-        /* Carve a block of pages into structs; they are never unmapped. */
-        char *block = page_alloc(2, 1 /* KM_NOSLEEP */);
-        if (!block) {
-            lock_release(&pool_lock);
-            return NULL;
-        }
-        page_desc_of(block)->kind = PAGE_INTERNAL;
-        size_t n = (PAGE_SIZE << 2) / sizeof(struct sk_thread);
-        for (size_t i = 0; i < n; i++) {
-            struct sk_thread *t = (struct sk_thread *)block + i;
-            t->next = pool;
-            pool = t;
-        }
-    }
     struct sk_thread *t = pool;
-    pool = t->next;
+    if (t) {
+        pool = t->next;
+    } else {
+        if (carve == carve_end) {
+            char *block = page_alloc(2, 1 /* KM_NOSLEEP */);
+            if (!block) {
+                lock_release(&pool_lock);
+                return NULL;
+            }
+            page_desc_of(block)->kind = PAGE_INTERNAL;
+            carve = (struct sk_thread *)block;
+            carve_end = carve + (PAGE_SIZE << 2) / sizeof(struct sk_thread);
+        }
+        t = carve++;
+    }
     lock_release(&pool_lock);
     memset(t, 0, sizeof *t);
     for (unsigned i = 0; i <= THREAD_CPU_INLINE; i++)

@@ -67,6 +67,10 @@ static size_t kmalloc_align(size_t size)
  * that sees an entry sees a finished cache. */
 static void size_tables_init(void)
 {
+    for (unsigned c = 0; c < KMALLOC_CLASSES; c++) {
+        kmalloc_caches[c]->kfree_min = c ? kmalloc_sizes[c - 1] + 1 : 0;
+        kmalloc_caches[c]->kfree_span = kmalloc_sizes[c] + 1 - kmalloc_caches[c]->kfree_min;
+    }
     for (size_t i = 0; i < ARRAY_SIZE(kmalloc_cache_small); i++)
         __atomic_store_n(&kmalloc_cache_small[i], kmalloc_caches[kmalloc_index(i << 3)], __ATOMIC_RELEASE);
     for (size_t i = (1024 >> 8) + 1; i < ARRAY_SIZE(kmalloc_cache_mid); i++)
@@ -567,17 +571,17 @@ SK_API void *kmem_zalloc(size_t size, int flags)
 
 SK_NOINLINE static void kmem_free_slow(void *buf, size_t size);
 
-/* Fast path: a generic-cache buffer given back with a size of its class: the
- * class by table, one descriptor lookup, two compares, a tail call.  The
- * table is NULL under SLOB and the debug layer (which checks exact sizes), and
- * a slab page's cache is never NULL, so those never match here.  NULL and
- * everything else take the checks of the slow path. */
+/* Fast path: a generic-cache buffer given back with a size of its class: one
+ * descriptor lookup, the kind, the class's size range (a subtract and a
+ * compare; the range is empty for every other cache, and under SLOB and the
+ * debug layer, which checks exact sizes), a tail call.  NULL and everything
+ * else take the checks of the slow path. */
 SK_API void kmem_free(void *buf, size_t size)
 {
     struct page_desc *d;
-    if (likely(cache_desc_lookup(buf, &d))) {
-        struct kmem_cache *cp = kmalloc_cache_fast(size);
-        if (likely(d->cache == cp && d->kind == PAGE_SLAB)) {
+    if (likely(cache_desc_lookup(buf, &d)) && likely(d->kind == PAGE_SLAB)) {
+        struct kmem_cache *cp = d->cache;
+        if (likely(size - cp->kfree_min < cp->kfree_span)) {
             sk_design.free_desc(cp, buf, d);
             return;
         }

@@ -122,7 +122,8 @@ struct depot {
     struct sk_lock lock;
     unsigned magtype;              /* index into mag_types: rounds of new magazines */
     struct maglist full, empty;
-    uint64_t contention;           /* lock_try failures this interval */
+    uint64_t contention;           /* lock_try failures this half interval */
+    uint64_t exchanges;            /* uncontended lock holds this half interval */
     uint64_t interval_start;       /* ms, os_now_ms() */
 };
 
@@ -137,6 +138,7 @@ struct slab_cpu {
     struct magazine *loaded;       /* &mag_none until the first real magazine */
     struct magazine *previous;     /* full or empty (count in its own rounds), or &mag_none */
     uint64_t allocs, frees;        /* not yet folded into the cache's totals */
+    uint32_t slow;                 /* slow paths taken (the timed reap samples the clock) */
 };
 _Static_assert(sizeof(struct slab_cpu) <= CPU_EMPTY_SIZE, "CPU_EMPTY covers the fast-path fields");
 
@@ -180,6 +182,15 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
 /* Solaris kmem_depot_contention: more lock_try failures than this in one
  * interval grow the magazines. */
 #define DEPOT_CONTENTION 3
+/* A busy depot grows them too.  In user space an uncontended exchange still
+ * costs two atomic operations and a list operation (about what 20 magazine
+ * pops do), and Solaris' starting sizes make it frequent: 7 rounds for
+ * buffers of 257 B to 3 KiB, so a single thread cycling 512-byte objects
+ * visited the depot every few operations and never grew them (nothing
+ * contends).  More than this many exchanges in one half interval (1024 a
+ * second at the default interval) is busy enough to pay for the memory of a
+ * bigger magazine; the maxbuf bounds of mag_types still apply. */
+#define DEPOT_BUSY 256
 /* The working-set interval is sk_opt.return_delay_ms (Solaris
  * kmem_reap_interval was 15 s), but never shorter than the page layer's purge
  * cadence (100 ms): the walk over every cache runs at most every 50 ms. */
@@ -295,6 +306,23 @@ SK_INLINE bool hash_wants_rescale(const struct slab_cache *sc)
                           (sc->hash_size > HASH_MIN && sc->hash_count < sc->hash_size / 4));
 }
 
+/* The first table, before the cache's first slab; false if out of memory.
+ * No lock held on entry (the table is allocated outside it). */
+SK_NOINLINE static bool hash_install(struct slab_cache *sc)
+{
+    struct bufctl **t = cache_internal_alloc(HASH_MIN * sizeof *t);
+    if (!t)
+        return false;
+    lock_acquire(&sc->lock);
+    bool raced = sc->hash != NULL;         /* another thread's first slab */
+    if (!raced)
+        sc->hash = t;
+    lock_release(&sc->lock);
+    if (raced)
+        cache_internal_free(t, HASH_MIN * sizeof *t);
+    return true;
+}
+
 /* --- Slab creation and destruction ---------------------------------------- */
 
 static size_t slab_bytes(const struct slab_cache *sc) { return PAGE_SIZE << sc->order; }
@@ -309,6 +337,10 @@ static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, in
     if (sc->small) {
         sp = (struct slab *)(mem + slab_bytes(sc) - sizeof *sp);
     } else {
+        if (unlikely(!__atomic_load_n(&sc->hash, __ATOMIC_ACQUIRE)) && !hash_install(sc)) {
+            page_free(mem, sc->order);
+            return NULL;
+        }
         sp = cache_internal_alloc(sizeof *sp + sc->nobjs * sizeof(struct bufctl));
         if (!sp) {
             page_free(mem, sc->order);
@@ -575,21 +607,35 @@ static void depot_ws_update(struct depot *d, uint64_t now)
         l->min = l->total;
     }
     d->contention = 0;
+    d->exchanges = 0;
     d->interval_start = now;
 }
 
-/* Takes the depot lock, counting contention; grows the magazines when the
- * lock has been contended too often this interval (Solaris kmem_cache_update). */
+/* One step up the magazine types, if the buffer size allows.  Depot lock held. */
+static void depot_grow(struct slab_cache *sc)
+{
+    struct depot *d = &sc->depot;
+    if (d->magtype + 1 < ARRAY_SIZE(mag_types) && sc->bufsize < mag_types[d->magtype].maxbuf)
+        d->magtype++;
+}
+
+/* Takes the depot lock, counting contention and traffic; grows the magazines
+ * when the lock has been contended too often this half interval (Solaris
+ * kmem_cache_update) or the depot is busy (DEPOT_BUSY). */
 static void depot_lock(struct kmem_cache *cp, struct slab_cache *sc)
 {
     struct depot *d = &sc->depot;
-    if (likely(lock_try(&d->lock)))
+    if (likely(lock_try(&d->lock))) {
+        if (unlikely(++d->exchanges > DEPOT_BUSY)) {
+            d->exchanges = 0;
+            depot_grow(sc);
+        }
         return;
+    }
     lock_acquire(&d->lock);
     if (++d->contention > DEPOT_CONTENTION) {
         d->contention = 0;
-        if (d->magtype + 1 < ARRAY_SIZE(mag_types) && sc->bufsize < mag_types[d->magtype].maxbuf)
-            d->magtype++;
+        depot_grow(sc);
     }
 }
 
@@ -664,11 +710,22 @@ SK_INLINE void ws_tick(uint64_t now)
         ws_walk(now, last);
 }
 
+/* The slow paths' tick: the clock is read on every 16th slow path of a
+ * thread's cache state (every one without state), which is plenty for a
+ * half-interval cadence of at least 50 ms, and saves a clock read on most
+ * magazine exchanges.  A thread that goes idle takes no slow paths; the page
+ * layer's purge check ticks for it (slab_page_tick). */
+SK_INLINE void ws_sample(struct slab_cpu *cpu)
+{
+    if (!cpu || (++cpu->slow & 15) == 0)
+        ws_tick(os_now_ms());
+}
+
 SK_NOINLINE static void *slab_alloc_slow(struct kmem_cache *cp, int flags)
 {
     struct slab_cache *sc = SC(cp);
-    ws_tick(os_now_ms());
     struct slab_cpu *cpu = cpu_get(cp);
+    ws_sample(cpu);
     void *obj;
     if (unlikely(!cpu)) {
         if (!slab_alloc_batch(cp, sc, &obj, 1, flags))
@@ -761,8 +818,8 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
     struct slab_cache *sc = SC(cp);
     if (HARDENED && not_start(sc, obj))
         report_interior(cp, obj);
-    ws_tick(os_now_ms());
     struct slab_cpu *cpu = cpu_get(cp);
+    ws_sample(cpu);
     if (unlikely(!cpu)) {
         slab_free_batch(cp, sc, &obj, 1);
         lock_acquire(&sc->lock);
@@ -928,11 +985,8 @@ static int slab_cache_init(struct kmem_cache *cp)
     if (!sc->small) {
         sc->hash_size = HASH_MIN;
         sc->hash_shift = (uint32_t)(63 - __builtin_clzll(bufsize));
-        sc->hash = cache_internal_alloc(HASH_MIN * sizeof *sc->hash);
-        if (!sc->hash) {
-            sk_warn("kmem_cache_create(%s): no memory for the buffer hash", cp->name);
-            return -1;
-        }
+        /* The table itself comes with the first slab (hash_install): most
+         * of the generic caches are never used by a given program. */
     }
 
     struct depot *d = &sc->depot;
