@@ -180,7 +180,7 @@ static double run_child(const char *self, const char *pages, int wl, int threads
         close(fds[0]);
         dup2(fds[1], 1);
         setenv("SLABKIT_PAGES", pages, 1);
-        char a1[8], a2[8];
+        char a1[16], a2[16];
         snprintf(a1, sizeof a1, "%d", wl);
         snprintf(a2, sizeof a2, "%d", threads);
         execl(self, self, "--child", a1, a2, full ? "--full" : NULL, (char *)NULL);

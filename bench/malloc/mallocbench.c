@@ -197,7 +197,7 @@ static int child(const char *name)
 struct alloc { char name[64]; char preload[4096]; char design[16]; bool reference; };
 static struct alloc allocs[16];
 static int nalloc;
-static char skipped[512];
+static char skipped[8192];
 
 static void add_alloc(const char *name, const char *preload, const char *design)
 {

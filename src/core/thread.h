@@ -29,7 +29,7 @@
 
 struct page_desc;
 
-#define THREAD_CPU_INLINE 64     /* per-cache slots held inline: the generic caches fit */
+#define THREAD_CPU_INLINE 128    /* per-cache slots held inline: the generic caches and 64 more */
 #define THREAD_CPU_OVERFLOW THREAD_CPU_INLINE   /* cpu_slot of caches with larger ids: always CPU_EMPTY */
 
 /* The zeroed, read-only stand-in for "no per-thread state" (see above); a

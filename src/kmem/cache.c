@@ -37,22 +37,25 @@ const uint32_t kmalloc_sizes[KMALLOC_CLASSES] = {
     8, 16, 24, 32, 40, 48, 56, 64,
     80, 96, 112, 128, 160, 192, 224, 256,
     320, 384, 448, 512, 640, 768, 896, 1024,
-    1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096,
-    4608,      /* a page plus a header (sqlite's page cache): 5120 would waste 20% */
-    5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384,
-    20480, 24576, 28672, 32768,
+    1056, 1152, 1280, 1408, 1536, 1664, 1792, 1920, 2048,
+    2112, 2304, 2560, 2816, 3072, 3328, 3584, 3840, 4096,
+    4224, 4608, 5120, 5632, 6144, 6656, 7168, 7680, 8192,
+    8448, 9216, 10240, 11264, 12288, 13312, 14336, 15360, 16384,
+    16896, 18432, 20480, 22528, 24576, 26624, 28672, 30720, 32768,
 };
+_Static_assert(sizeof kmalloc_sizes / sizeof kmalloc_sizes[0] == KMALLOC_CLASSES, "one size per class");
+_Static_assert(KMALLOC_CLASSES <= THREAD_CPU_INLINE, "the generic caches' per-thread state is inline");
 struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];
 uint8_t kmalloc_index_small[(1024 >> 3) + 1];
 struct kmem_cache *kmalloc_cache_small[(1024 >> 3) + 1];
-struct kmem_cache *kmalloc_cache_mid[(KMALLOC_MAX >> 8) + 1];
+uint8_t kmalloc_index_mid[(KMALLOC_MAX >> KMALLOC_MID_SHIFT) + 1];
+struct kmem_cache *kmalloc_cache_live[KMALLOC_CLASSES];
 
 unsigned kmalloc_index_slow(size_t size)
 {
-    unsigned i = 23;                    /* first class above 1024 */
-    while (i < KMALLOC_CLASSES && kmalloc_sizes[i] < size)
-        i++;
-    return i;                           /* KMALLOC_CLASSES: too large */
+    if (size > KMALLOC_MAX)
+        return KMALLOC_CLASSES;         /* too large */
+    return kmalloc_index_mid[(size + KMALLOC_MID_STEP - 1) >> KMALLOC_MID_SHIFT];
 }
 
 /* Power-of-two sizes are naturally aligned (as Linux kmalloc promises); any
@@ -73,8 +76,8 @@ static void size_tables_init(void)
     }
     for (size_t i = 0; i < ARRAY_SIZE(kmalloc_cache_small); i++)
         __atomic_store_n(&kmalloc_cache_small[i], kmalloc_caches[kmalloc_index(i << 3)], __ATOMIC_RELEASE);
-    for (size_t i = (1024 >> 8) + 1; i < ARRAY_SIZE(kmalloc_cache_mid); i++)
-        __atomic_store_n(&kmalloc_cache_mid[i], kmalloc_caches[kmalloc_index(i << 8)], __ATOMIC_RELEASE);
+    for (size_t i = 0; i < KMALLOC_CLASSES; i++)
+        __atomic_store_n(&kmalloc_cache_live[i], kmalloc_caches[i], __ATOMIC_RELEASE);
 }
 
 static void size_classes_init(void)
@@ -85,6 +88,12 @@ static void size_classes_init(void)
         while (kmalloc_sizes[c] < size)
             c++;
         kmalloc_index_small[i] = (uint8_t)c;
+    }
+    for (size_t i = 0; i < ARRAY_SIZE(kmalloc_index_mid); i++) {
+        size_t size = i << KMALLOC_MID_SHIFT;
+        while (kmalloc_sizes[c] < size)
+            c++;
+        kmalloc_index_mid[i] = (uint8_t)c;
     }
 }
 

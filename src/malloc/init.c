@@ -70,11 +70,8 @@ static void tables_init(void)
         size_t size = i ? i << 4 : MALLOC_ALIGN;
         malloc_small[i] = kmalloc_caches[kmalloc_index(size)];
     }
-    for (size_t i = 0; i < ARRAY_SIZE(malloc_mid); i++) {
-        size_t size = i << 8;
-        malloc_mid[i] = size <= MALLOC_SMALL_MAX ? NULL : kmalloc_caches[kmalloc_index(size)];
-    }
-    /* Every class the tables name must keep malloc's 16-byte promise. */
+    /* Every class the table names must keep malloc's 16-byte promise (above
+     * 1 KiB the kmem tables serve: every class there is a multiple of 32). */
     for (size_t i = 0; i < ARRAY_SIZE(malloc_small); i++)
         if (malloc_small[i] && (malloc_small[i]->align < MALLOC_ALIGN ||
                                 malloc_small[i]->object_size < (i << 4)))

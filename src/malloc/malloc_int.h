@@ -5,8 +5,8 @@
  * Size classes: requests are rounded up to 16 bytes (malloc's alignment
  * promise, max_align_t) before the lookup.  malloc_small[] maps (size+15)>>4
  * straight to the generic cache (one load instead of index + cache load);
- * malloc_mid[] maps (size+255)>>8 for 1 KiB..32 KiB (classes there are
- * multiples of 256).  Both tables stay NULL until the core is initialised and
+ * Above 1 KiB the kmem layer's own tables serve (kmalloc_cache_fast: the
+ * classes there are multiples of 32, so 16-aligned).  Both tables stay NULL until the core is initialised and
  * whenever the design (SLOB) or the debug layer overrides kmalloc: a NULL
  * entry sends the request to the slow path, so "not ready" and "not the
  * generic caches" cost the fast path nothing beyond the table load.
@@ -28,6 +28,10 @@
  * of through the GOT: two loads fewer per malloc/free pair.  System headers
  * are included above, outside the pragma, so libc's symbols keep default
  * visibility. */
+/* The public API first, outside the pragma: a hidden declaration of, say,
+ * slabkit_stats_print here would make the linker hide its definition from
+ * the library's export list too. */
+#include "../../include/slabkit/slabkit.h"
 #pragma GCC visibility push(hidden)
 #include "../kmem/cache.h"
 
@@ -38,7 +42,6 @@
 #define MALLOC_MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
 extern struct kmem_cache *malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
-extern struct kmem_cache *malloc_mid[(MALLOC_MID_MAX >> 8) + 1];
 /* True once malloc_init has run to the end (tables filled if they apply). */
 extern bool malloc_ready;
 

@@ -2,7 +2,8 @@
  * by mapping size + align and trimming both ends, so the kernel picks the
  * address and no hint can collide with someone else's mapping. */
 #include <errno.h>
-#include <sched.h>
+#include <sys/auxv.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
@@ -11,9 +12,9 @@
 
 void os_init(void)
 {
-    long ps = sysconf(_SC_PAGESIZE);
-    if (ps <= 0 || (size_t)ps > PAGE_SIZE || PAGE_SIZE % (size_t)ps != 0)
-        sk_fatal("the OS page size is %ld bytes: slabkit manages 4 KiB frames and needs OS pages "
+    unsigned long ps = getauxval(AT_PAGESZ);
+    if (ps == 0 || ps > PAGE_SIZE || PAGE_SIZE % ps != 0)
+        sk_fatal("the OS page size is %lu bytes: slabkit manages 4 KiB frames and needs OS pages "
                  "of 4 KiB or a divisor of it (larger pages are unsupported)", ps);
 }
 
@@ -39,6 +40,35 @@ void *os_map_aligned(size_t size, size_t align, bool noreserve)
     return (void *)start;
 }
 
+void *os_reserve_aligned(size_t size, size_t align)
+{
+    if (size == 0 || size + align < size)
+        return NULL;
+    int saved = errno;
+    char *p = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        errno = saved;
+        return NULL;
+    }
+    uintptr_t start = ALIGN_UP((uintptr_t)p, align);
+    size_t head = start - (uintptr_t)p;
+    if (head)
+        munmap(p, head);
+    if (align - head)
+        munmap((char *)start + size, align - head);
+    errno = saved;
+    return (void *)start;
+}
+
+void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed)
+{
+    int saved = errno;
+    void *q = fixed ? mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, fixed)
+                    : mremap(p, old_size, new_size, 0);
+    errno = saved;
+    return q == MAP_FAILED ? NULL : q;
+}
+
 void os_unmap(void *p, size_t size)
 {
     int saved = errno;
@@ -62,12 +92,16 @@ uint64_t os_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* The raw system call and a popcount rather than sched_getaffinity and
+ * CPU_COUNT: every libc function slabkit calls faults in (and counts in the
+ * process's RSS) the 64 KiB of libc text around it, and these two live in a
+ * window nothing else touches. */
 unsigned os_ncpu(void)
 {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) != 0)
-        return 1;
-    int n = CPU_COUNT(&set);
-    return n > 0 ? (unsigned)n : 1;
+    uint64_t set[16] = { 0 };
+    long bytes = syscall(SYS_sched_getaffinity, 0, sizeof set, set);
+    unsigned n = 0;
+    for (long i = 0; i < bytes / (long)sizeof set[0]; i++)
+        n += (unsigned)__builtin_popcountll(set[i]);
+    return n ? n : 1;
 }

@@ -1,5 +1,5 @@
 /* os.h — every system call the page layer makes, and nothing else: address
- * space reservation (aligned mmap), release, purging (madvise), the coarse
+ * space reservation (aligned mmap), resizing (mremap), release, purging (madvise), the coarse
  * clock and the CPU count.  All return failure instead of aborting: running
  * out of memory is the caller's decision (KM_NOSLEEP returns NULL). */
 #ifndef SK_OS_H
@@ -16,6 +16,17 @@ void os_init(void);
  * space only (MAP_NORESERVE), committed as it is touched. */
 void *os_map_aligned(size_t size, size_t align, bool noreserve);
 void os_unmap(void *p, size_t size);
+
+/* Address space only: an aligned PROT_NONE, MAP_NORESERVE mapping (nothing
+ * committed), to be replaced by os_remap(..., fixed); NULL if refused. */
+void *os_reserve_aligned(size_t size, size_t align);
+
+/* mremap: resizes the mapping [p, p+old_size) to new_size.  fixed == NULL:
+ * in place only (fails if the address space after it is taken); otherwise
+ * the pages move to fixed (MREMAP_MAYMOVE | MREMAP_FIXED: the kernel moves
+ * page tables, nothing is copied; whatever was mapped at fixed is replaced).
+ * Returns the mapping's new address, or NULL (the old mapping is intact). */
+void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed);
 
 /* Give the memory behind [p, p+size) back: MADV_DONTNEED (RSS drops now) or
  * MADV_FREE (the kernel takes it when it needs it).  dontneed selects which. */

@@ -10,6 +10,11 @@
  * "buddy is PAGE_FREE with the same order" is a safe coalescing test.
  * Metadata descriptors are PAGE_UNUSED, so a block never merges into them.
  *
+ * In-place growth (page_resize_exact -> buddy_claim_range) finds the free
+ * block holding each frame after the block by probing the frame's index
+ * rounded down to each order for a PAGE_FREE head of that order, takes it
+ * off its list and gives back the parts outside the range.
+ *
  * Locking: zone.lock protects every list, count and descriptor of a free
  * block.  Growth drops it, creates a region under region_lock, retakes it. */
 #include "page_int.h"
@@ -162,7 +167,7 @@ static void buddy_free(struct page_desc *d, unsigned order)
     page_purge_tick();
 }
 
-static void buddy_free_range(struct page_desc *first, size_t n, int count_order)
+static void buddy_free_range(struct page_desc *first, size_t n, int count_order, int alloc_order)
 {
     struct page_desc *base = first - desc_index(first);
     uint32_t from = desc_index(first), to = from + (uint32_t)n;
@@ -178,8 +183,82 @@ static void buddy_free_range(struct page_desc *first, size_t n, int count_order)
     }
     if (count_order >= 0)
         zone.frees[count_order]++;
+    if (alloc_order >= 0)
+        zone.allocs[alloc_order]++;
     lock_release(&zone.lock);
     page_purge_tick();
+}
+
+/* The free block holding frame idx of the region at base: its head is idx
+ * rounded down to some order o with PAGE_FREE and order o on it (the
+ * invariant above makes a match proof: that block is free and holds idx).
+ * NULL if idx is allocated, on a lazy list, or metadata.  Zone lock held. */
+static struct page_desc *free_block_of(struct page_desc *base, uint32_t idx)
+{
+    for (unsigned o = 0; o <= MAX_ORDER; o++) {
+        struct page_desc *h = base + (idx & ~((1u << o) - 1));
+        if (h->kind == PAGE_FREE && h->order == o)
+            return h;
+    }
+    return NULL;
+}
+
+/* Frames [from, to) of a block being claimed go back to the zone as the
+ * largest aligned blocks that fit, keeping its purged flag and age.  They
+ * need no coalescing: each piece's buddy overlaps the claimed range or is
+ * another piece of a different order.  Zone lock held. */
+static void give_back(struct page_desc *base, uint32_t from, uint32_t to, uint32_t flags, uint64_t since)
+{
+    while (from < to) {
+        unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
+        if (o > MAX_ORDER)
+            o = MAX_ORDER;
+        while (from + (1u << o) > to)
+            o--;
+        make_free(base + from, o, flags, since);
+        zone.splits++;
+        from += 1u << o;
+    }
+}
+
+/* page_resize_exact's growth: a first pass checks that free blocks cover
+ * every frame of [from, to) (at most one descriptor probe per order per
+ * block), a second takes those blocks off their lists and gives back what
+ * lies outside the range (Linux's expand, on both sides). */
+static bool buddy_claim_range(struct page_desc *first, size_t n, int count_order, int alloc_order)
+{
+    struct page_desc *base = first - desc_index(first);
+    uint32_t from = desc_index(first), to = from + (uint32_t)n;
+    lock_acquire(&zone.lock);
+    for (uint32_t i = from; i < to;) {
+        struct page_desc *h = free_block_of(base, i);
+        if (!h) {
+            lock_release(&zone.lock);
+            return false;
+        }
+        i = desc_index(h) + (1u << h->order);
+    }
+    for (uint32_t i = from; i < to;) {
+        struct page_desc *h = free_block_of(base, i);
+        unsigned o = h->order;
+        uint32_t start = desc_index(h), end = start + (1u << o);
+        uint32_t flags = h->flags & PD_PURGED;
+        uint64_t since = h->free.since;
+        list_del(h, o);
+        h->kind = PAGE_UNUSED;
+        h->flags = 0;
+        if (start < from)
+            give_back(base, start, from, flags, since);
+        if (end > to)
+            give_back(base, to, end, flags, since);
+        i = end;
+    }
+    if (count_order >= 0)
+        zone.frees[count_order]++;
+    if (alloc_order >= 0)
+        zone.allocs[alloc_order]++;
+    lock_release(&zone.lock);
+    return true;
 }
 
 /* Linux rmqueue_bulk: a batch of order-0 pages under one lock acquisition,
@@ -265,6 +344,7 @@ const struct page_backend buddy_backend = {
     .alloc = buddy_alloc,
     .free = buddy_free,
     .free_range = buddy_free_range,
+    .claim_range = buddy_claim_range,
     .alloc_batch = buddy_alloc_batch,
     .free_batch = buddy_free_batch,
     .purge = buddy_purge,

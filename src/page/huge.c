@@ -4,8 +4,14 @@
  * after it.  Every REGION_SIZE slot the mapping covers has region_map =
  * header address (untagged, page.h), so huge_size/huge_owns are one load plus
  * a check, and page_desc_of() says "not a region page" for them.  Freed with munmap.
+ * Resized with mremap (huge_resize): in place when the address space after
+ * the mapping is free, else moved to a fresh aligned reservation (the kernel
+ * moves the page tables; the header page moves with the block).
  * No lock: each mapping owns its region_map slots; statistics are atomic
- * adds (this is never a fast path). */
+ * adds (this is never a fast path).  Slots a mapping gives up are cleared
+ * before the address space is released (munmap, a moving or shrinking
+ * mremap), so a region another thread maps there afterwards is never
+ * overwritten by a late clear. */
 #include <errno.h>
 #include "page_int.h"
 #include "../os/os.h"
@@ -101,4 +107,80 @@ void huge_free(void *p)
     mark((uintptr_t)h, len, 0);
     __atomic_fetch_sub(&huge_live_bytes, size, __ATOMIC_RELAXED);
     os_unmap(h, len);
+}
+
+/* Slots [start, start+len) that no longer hold any of [keep, keep+keep_len)
+ * (the part of the mapping that stays): cleared.  keep_len 0 clears all. */
+static void unmark_beyond(uintptr_t start, size_t len, uintptr_t keep, size_t keep_len)
+{
+    for (uintptr_t a = start; a < start + len; a += REGION_SIZE)
+        if (!keep_len || a >= ALIGN_UP(keep + keep_len, REGION_SIZE))
+            __atomic_store_n(&region_map[a >> REGION_SHIFT], 0, __ATOMIC_RELEASE);
+}
+
+SK_COLD SK_NORETURN static void bad_resize(const void *p, const struct huge_hdr *h)
+{
+    if (!h || h->magic != HUGE_MAGIC)
+        sk_fatal("huge_resize: %p is not in a huge block (never handed out, or already freed); "
+                 "expected the start of a block from huge_alloc", p);
+    sk_fatal("huge_resize: %p is inside the huge block at %p, not its start: an interior address; "
+             "expected the start of a block from huge_alloc", p, h->user);
+}
+
+void *huge_resize(void *p, size_t size)
+{
+    struct huge_hdr *h = huge_hdr_of(p);
+    if (!h || h->magic != HUGE_MAGIC || h->user != p)
+        bad_resize(p, h);
+    if (size == 0 || size > ((size_t)1 << 45))
+        return NULL;
+    char *base = (char *)h;
+    size_t align = (size_t)((char *)p - base);   /* the header page and any alignment padding */
+    size_t old_len = h->map_len, old_usable = h->size;
+    size_t usable = ALIGN_UP(size, PAGE_SIZE), len = align + usable;
+    if (len == old_len)
+        return p;
+    if (len < old_len) {
+        /* Shrinking never moves: clear the slots the mapping leaves, then
+         * give the tail back. */
+        unmark_beyond((uintptr_t)base, old_len, (uintptr_t)base, len);
+        if (!os_remap(base, old_len, len, NULL)) {
+            mark((uintptr_t)base, old_len, (uintptr_t)base);
+            return NULL;
+        }
+    } else if (os_remap(base, old_len, len, NULL)) {
+        /* Grown in place: the address space after it was free, so the new
+         * slots are ours to mark (below). */
+    } else {
+        /* Move: reserve an aligned range (address space only) and let the
+         * kernel move the pages over it.  The old slots are cleared first
+         * (the block is the caller's, nobody else looks it up) and restored
+         * if the move fails. */
+        size_t map_align = align > REGION_SIZE ? align : REGION_SIZE;
+        char *nb = os_reserve_aligned(len, map_align);
+        if (!nb)
+            return NULL;
+        if (((uintptr_t)nb + len - 1) >> ADDRESS_BITS) {
+            os_unmap(nb, len);
+            return NULL;
+        }
+        unmark_beyond((uintptr_t)base, old_len, 0, 0);
+        if (!os_remap(base, old_len, len, nb)) {
+            mark((uintptr_t)base, old_len, (uintptr_t)base);
+            os_unmap(nb, len);
+            return NULL;
+        }
+        base = nb;
+        h = (struct huge_hdr *)nb;
+        h->user = nb + align;
+    }
+    h->map_len = len;
+    h->size = usable;
+    if (len > old_len || base != (char *)p - align)
+        mark((uintptr_t)base, len, (uintptr_t)base);   /* after the header is right */
+    if (usable > old_usable)
+        __atomic_fetch_add(&huge_live_bytes, usable - old_usable, __ATOMIC_RELAXED);
+    else
+        __atomic_fetch_sub(&huge_live_bytes, old_usable - usable, __ATOMIC_RELAXED);
+    return h->user;
 }

@@ -42,6 +42,9 @@
  * "splits" blocks dissolved into frames (at free, or leaving the cache);
  * single frames never touch either.
  *
+ * In-place growth (page_resize_exact) clears the free bits of the frames
+ * after a block if they are all set (ibuddy_claim_range).
+ *
  * Locking: a space's lock protects its lists, its regions' bitmaps and
  * counts.  Never two space locks at
  * once; growth takes region_lock with no space lock held. */
@@ -544,7 +547,7 @@ static void ibuddy_free(struct page_desc *d, unsigned order)
         page_purge_tick();
 }
 
-static void ibuddy_free_range(struct page_desc *first, size_t n, int count_order)
+static void ibuddy_free_range(struct page_desc *first, size_t n, int count_order, int alloc_order)
 {
     struct region_hdr *r = region_of_desc(first);
     struct ib_space *s = &spaces[r->r.space];
@@ -554,10 +557,70 @@ static void ibuddy_free_range(struct page_desc *first, size_t n, int count_order
     bits_set(s, r, desc_index(first), (uint32_t)n);
     if (count_order >= 0)
         s->frees[count_order]++;
+    if (alloc_order >= 0)
+        s->allocs[alloc_order]++;
     if (n > 1)
         s->splits++;
     lock_release(&s->lock);
     page_purge_tick();
+}
+
+/* True if frames [idx, idx+n) of r all have their free bit set. */
+static bool range_free(const struct region_hdr *r, uint32_t idx, uint32_t n)
+{
+    for (uint32_t end = idx + n; idx < end;) {
+        uint32_t b = idx & 63;
+        uint32_t k = end - idx < 64 - b ? end - idx : 64 - b;
+        uint64_t m = (k == 64 ? ~0ull : ((1ull << k) - 1)) << b;
+        if ((r->map[idx >> 6].free & m) != m)
+            return false;
+        idx += k;
+    }
+    return true;
+}
+
+/* A block kept whole in the space's cache overlaps frames [lo, hi) of r. */
+static bool cache_overlaps(const struct ib_space *s, const struct region_hdr *r, uint32_t lo, uint32_t hi)
+{
+    for (unsigned o = 1; o <= IB_CACHE_ORDER; o++) {
+        const struct ib_cache *c = &s->cache[o];
+        for (uint32_t i = 1; i <= c->n; i++) {
+            const struct page_desc *d = c->d[(c->top - i) & (IB_CACHE - 1)];
+            uint32_t at = desc_index(d);
+            if (region_of_desc(d) == r && at < hi && at + (1u << o) > lo)
+                return true;
+        }
+    }
+    return false;
+}
+
+/* page_resize_exact's growth: the frames' free bits, checked and cleared
+ * under the lock of the space the region belongs to (bits_clear keeps
+ * nr_free, the summary and the avail list right, and drops purged bits: a
+ * purged frame is simply faulted in again).  Clearing bits creates no run,
+ * so low[] bounds stay valid; recent[] hints are checked against the bits
+ * when used.  A frame inside a block the cache keeps whole has no free bit:
+ * only when such a block is in the way is the cache flushed into frames. */
+static bool ibuddy_claim_range(struct page_desc *first, size_t n, int count_order, int alloc_order)
+{
+    struct region_hdr *r = region_of_desc(first);
+    struct ib_space *s = &spaces[r->r.space];
+    uint32_t idx = desc_index(first);
+    lock_acquire(&s->lock);
+    bool ok = range_free(r, idx, (uint32_t)n);
+    if (!ok && s->cached && cache_overlaps(s, r, idx, idx + (uint32_t)n)) {
+        ib_flush(s);
+        ok = range_free(r, idx, (uint32_t)n);
+    }
+    if (ok) {
+        bits_clear(s, r, idx, (uint32_t)n);
+        if (count_order >= 0)
+            s->frees[count_order]++;
+        if (alloc_order >= 0)
+            s->allocs[alloc_order]++;
+    }
+    lock_release(&s->lock);
+    return ok;
 }
 
 static unsigned ibuddy_alloc_batch(struct sk_thread *t, unsigned n, struct page_desc **chain)
@@ -729,6 +792,7 @@ const struct page_backend ibuddy_backend = {
     .alloc = ibuddy_alloc,
     .free = ibuddy_free,
     .free_range = ibuddy_free_range,
+    .claim_range = ibuddy_claim_range,
     .alloc_batch = ibuddy_alloc_batch,
     .free_batch = ibuddy_free_batch,
     .purge = ibuddy_purge,

@@ -134,14 +134,27 @@ void page_free(void *addr, unsigned order);
 void *page_alloc_exact(size_t npages, int flags);
 void page_free_exact(void *addr, size_t npages);
 
+/* Resize a live block from page_alloc_exact in place (the owner's kind,
+ * cache and priv on the head are left alone).  Shrinking always succeeds;
+ * growing only when the frames [addr+old, addr+new) are free in the back
+ * end (not on a lazy list), in the same region, and new <= 2^MAX_ORDER.
+ * True when resized: the block is then page_free_exact(addr, new_npages). */
+bool page_resize_exact(void *addr, size_t old_npages, size_t new_npages);
+
 /* Allocations beyond MAX_ORDER come from the OS directly: a mapping aligned to
- * REGION_SIZE whose first page is a header (tagged in region_map), the user
- * block at `align` (>= PAGE_SIZE) after it.  huge_size returns the usable size
- * of a live huge block or 0 if p is not the start of one. */
+ * REGION_SIZE whose first page is a header (its region_map slots hold the
+ * header's address, untagged), the user block at `align` (>= PAGE_SIZE)
+ * after it.  huge_size returns the usable size of a live huge block or 0 if
+ * p is not the start of one. */
 void *huge_alloc(size_t size, size_t align);
 void huge_free(void *p);
 size_t huge_size(const void *p);
 bool huge_owns(const void *p);     /* p lies inside a live huge mapping */
+/* Resize the huge block at p (its start) to size bytes with mremap: in place
+ * when the address space after it is free, else moved (pages, not bytes) to
+ * a new aligned range.  The new address, or NULL (block untouched) if the OS
+ * refuses; reports and aborts when p is not the start of a huge block. */
+void *huge_resize(void *p, size_t size);
 
 /* Reclaim: give free memory back to the OS now (madvise/munmap per
  * SLABKIT_RETURN); returns bytes released. */

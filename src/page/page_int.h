@@ -83,8 +83,16 @@ struct page_backend {
     struct page_desc *(*alloc)(struct sk_thread *t, unsigned order);
     void (*free)(struct page_desc *head, unsigned order);
     /* Contiguous frames [first, first+n), any alignment (alloc_exact's
-     * tails and page_free_exact); counts frees[count_order] if >= 0. */
-    void (*free_range)(struct page_desc *first, size_t n, int count_order);
+     * tails, page_free_exact, a shrinking page_resize_exact); counts
+     * frees[count_order] if >= 0 and allocs[alloc_order] if >= 0 (a resize
+     * moves one live block from one order to another in the counters). */
+    void (*free_range)(struct page_desc *first, size_t n, int count_order, int alloc_order);
+    /* page_resize_exact's growth: takes frames [first, first+n) (any
+     * alignment, one region) out of the free pool if every one of them is
+     * free in the back end (a frame on a lazy list is not); returns false
+     * and changes nothing otherwise.  Counts as free_range does.  The
+     * caller marks the claimed descriptors. */
+    bool (*claim_range)(struct page_desc *first, size_t n, int count_order, int alloc_order);
     /* Up to n single frames for a lazy list, chained through free.next, kind
      * PAGE_LAZY, order 0; returns how many (0: the OS refused). */
     unsigned (*alloc_batch)(struct sk_thread *t, unsigned n, struct page_desc **chain);

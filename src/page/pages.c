@@ -175,7 +175,7 @@ void *page_alloc_exact(size_t npages, int flags)
     if (p && npages < ((size_t)1 << order)) {
         struct page_desc *d = page_desc_of(p);
         page_clear_tails(d, npages, (size_t)1 << order);
-        page_be->free_range(d + npages, ((size_t)1 << order) - npages, -1);
+        page_be->free_range(d + npages, ((size_t)1 << order) - npages, -1, -1);
     }
     return p;
 }
@@ -268,10 +268,16 @@ void page_free(void *addr, unsigned order)
     free_block(d, order);
 }
 
+/* A block of exactly 2^order pages goes back as a block when it is aligned
+ * to its order (as page_alloc made it); one that page_resize_exact grew to a
+ * power of two need not be, and goes back as a range like any other size
+ * (the buddy would take a wrong buddy for it, the iBuddy's cache of whole
+ * blocks would hand it out misaligned). */
 void page_free_exact(void *addr, size_t npages)
 {
     unsigned order = order_for_pages(npages);
-    if (npages == 0 || npages == ((size_t)1 << order) || order > MAX_ORDER) {
+    if (npages == 0 || order > MAX_ORDER ||
+        (npages == ((size_t)1 << order) && !((uintptr_t)addr & ((PAGE_SIZE << order) - 1)))) {
         page_free(addr, npages ? order : 0);
         return;
     }
@@ -279,7 +285,48 @@ void page_free_exact(void *addr, size_t npages)
     if (unlikely(!block_ok(d, addr, order)))
         bad_free("page_free_exact", addr, order, false);
     page_clear_tails(d, 1, npages);
-    page_be->free_range(d, npages, (int)order);
+    page_be->free_range(d, npages, (int)order, -1);
+}
+
+/* Growth claims the frames after the block from the back end (claim_range,
+ * under its lock) and then marks them as tails: until then nobody else can
+ * reach them (they are neither free nor ours in any list).  Shrinking clears
+ * the tails first and then frees them: once free_range returns, another
+ * thread may own them.  The head's order follows the page count, so
+ * page_free_exact's check (order_for_pages(npages)) holds after a resize; a
+ * resize across orders counts as a free of the old order and an allocation
+ * of the new one, so allocs[k] - frees[k] stays the number of live blocks of
+ * order k. */
+bool page_resize_exact(void *addr, size_t old_npages, size_t new_npages)
+{
+    unsigned old_order = order_for_pages(old_npages);
+    struct page_desc *d = page_desc_of(addr);
+    if (unlikely(old_npages == 0 || old_order > MAX_ORDER || !block_ok(d, addr, old_order)))
+        bad_free("page_resize_exact", addr, old_order, false);
+    if (new_npages == old_npages)
+        return true;
+    if (new_npages == 0 || new_npages > ((size_t)1 << MAX_ORDER))
+        return false;
+    unsigned new_order = order_for_pages(new_npages);
+    int from = new_order != old_order ? (int)old_order : -1;
+    int to = new_order != old_order ? (int)new_order : -1;
+    if (new_npages < old_npages) {
+        page_clear_tails(d, new_npages, old_npages);
+        d->order = (uint8_t)new_order;
+        page_be->free_range(d + new_npages, old_npages - new_npages, from, to);
+        return true;
+    }
+    if (desc_index(d) + new_npages > REGION_PAGES)
+        return false;                    /* the region ends first */
+    if (!page_be->claim_range(d + old_npages, new_npages - old_npages, from, to))
+        return false;
+    for (size_t i = old_npages; i < new_npages; i++) {
+        d[i].kind = PAGE_TAIL;
+        d[i].order = 0;
+        d[i].head = d;
+    }
+    d->order = (uint8_t)new_order;
+    return true;
 }
 
 /* ---- the public page API ------------------------------------------------- */
