@@ -8,6 +8,10 @@
  * 2. pairs-N: kmem_alloc/kmem_free of N bytes back to back; batch-N: 1000
  *    kmem_alloc then 1000 kmem_free.  Against malloc/free.  Goal >= 2x.
  *
+ * 3. The null allocator (a LIFO, no checks, no statistics) runs the same
+ *    loops: glibc's time over its time ("ceiling") is the highest ratio any
+ *    allocator could show here.
+ *
  * The process's malloc is glibc's (this links the core, not the malloc
  * layer).  Runs interleave kmem and glibc, repeat (5; --full 11) and report
  * the median and the spread (min..max) in ns per alloc+free pair.
@@ -90,23 +94,48 @@ static inline void foo_use(struct foo *f, long i)
 
 static kmem_cache_t *foo_cache;
 
-static double run_objcache_kmem(long n)
+/* The measured loop, over any object cache: get/put are constants at each
+ * instantiation below, so the calls are direct. */
+SK_INLINE double objcache_loop(long n, void *(*get)(void), void (*put)(void *))
 {
     struct foo *win[WINDOW];
     for (int i = 0; i < WINDOW; i++)
-        win[i] = kmem_cache_alloc(foo_cache, KM_SLEEP);
+        win[i] = get();
     double t0 = now_ns();
     for (long i = 0; i < n; i++) {
         struct foo **slot = &win[i & (WINDOW - 1)];
-        kmem_cache_free(foo_cache, *slot);
-        struct foo *f = kmem_cache_alloc(foo_cache, KM_SLEEP);
+        put(*slot);
+        struct foo *f = get();
         foo_use(f, i);
         *slot = f;
     }
     double t = now_ns() - t0;
     for (int i = 0; i < WINDOW; i++)
-        kmem_cache_free(foo_cache, win[i]);
+        put(win[i]);
     return t / (double)n;
+}
+
+static void *kmem_get(void) { return kmem_cache_alloc(foo_cache, KM_SLEEP); }
+static void kmem_put(void *p) { kmem_cache_free(foo_cache, p); }
+static double run_objcache_kmem(long n) { return objcache_loop(n, kmem_get, kmem_put); }
+
+/* The null object cache: a LIFO of objects constructed once, no checks, no
+ * statistics -- the least work any object cache can do.  glibc's time over
+ * its time is the ceiling of this benchmark's ratio. */
+#define NULL_OBJS (WINDOW + 1)
+static void *null_objs[NULL_OBJS];
+static unsigned null_top;
+SK_NOINLINE static void *null_get(void) { return null_objs[--null_top]; }
+SK_NOINLINE static void null_put(void *p) { null_objs[null_top++] = p; }
+static double run_objcache_null(long n)
+{
+    static struct foo objs[NULL_OBJS];
+    if (!null_top && !null_objs[0])
+        for (int i = 0; i < NULL_OBJS; i++) {
+            foo_constructor(&objs[i], sizeof objs[i]);
+            null_objs[null_top++] = &objs[i];
+        }
+    return objcache_loop(n, null_get, null_put);
 }
 
 static double run_objcache_glibc(long n)
@@ -140,26 +169,16 @@ static double run_objcache_glibc(long n)
 
 static size_t cur_size;
 
-static double run_pairs_kmem(long n)
+/* Pairs and batches over any kmem_alloc-shaped allocator (constants at each
+ * instantiation: direct calls). */
+SK_INLINE double pairs_loop(long n, void *(*alloc)(size_t, int), void (*release)(void *, size_t))
 {
     size_t size = cur_size;
     double t0 = now_ns();
     for (long i = 0; i < n; i++) {
-        void *p = kmem_alloc(size, KM_SLEEP);
+        void *p = alloc(size, KM_SLEEP);
         *(volatile char *)p = (char)i;
-        kmem_free(p, size);
-    }
-    return (now_ns() - t0) / (double)n;
-}
-
-static double run_pairs_glibc(long n)
-{
-    size_t size = cur_size;
-    double t0 = now_ns();
-    for (long i = 0; i < n; i++) {
-        void *p = malloc(size);
-        *(volatile char *)p = (char)i;
-        free(p);
+        release(p, size);
     }
     return (now_ns() - t0) / (double)n;
 }
@@ -167,37 +186,55 @@ static double run_pairs_glibc(long n)
 #define BATCH 1000
 static void *batch[BATCH];
 
-static double run_batch_kmem(long n)
+SK_INLINE double batch_loop(long n, void *(*alloc)(size_t, int), void (*release)(void *, size_t))
 {
     size_t size = cur_size;
     long rounds = n / BATCH > 0 ? n / BATCH : 1;
     double t0 = now_ns();
     for (long r = 0; r < rounds; r++) {
         for (int i = 0; i < BATCH; i++) {
-            batch[i] = kmem_alloc(size, KM_SLEEP);
+            batch[i] = alloc(size, KM_SLEEP);
             *(volatile char *)batch[i] = (char)i;
         }
         for (int i = 0; i < BATCH; i++)
-            kmem_free(batch[i], size);
+            release(batch[i], size);
     }
     return (now_ns() - t0) / (double)(rounds * BATCH);
 }
 
-static double run_batch_glibc(long n)
+SK_INLINE void *glibc_alloc(size_t size, int flags) { (void)flags; return malloc(size); }
+SK_INLINE void glibc_release(void *p, size_t size) { (void)size; free(p); }
+
+/* The null allocator: one LIFO of blocks of the current size, carved from a
+ * static arena and never checked.  A run uses one size, so the stack is
+ * emptied when the size changes. */
+#define NULL_BLOCKS BATCH
+static char null_arena[NULL_BLOCKS * 4096];
+static void *null_stack[NULL_BLOCKS];
+static unsigned null_depth, null_carved;
+static size_t null_size;
+SK_NOINLINE static void *null_alloc(size_t size, int flags)
 {
-    size_t size = cur_size;
-    long rounds = n / BATCH > 0 ? n / BATCH : 1;
-    double t0 = now_ns();
-    for (long r = 0; r < rounds; r++) {
-        for (int i = 0; i < BATCH; i++) {
-            batch[i] = malloc(size);
-            *(volatile char *)batch[i] = (char)i;
-        }
-        for (int i = 0; i < BATCH; i++)
-            free(batch[i]);
-    }
-    return (now_ns() - t0) / (double)(rounds * BATCH);
+    (void)flags;
+    if (null_depth)
+        return null_stack[--null_depth];
+    return null_arena + (size_t)null_carved++ * size;
 }
+SK_NOINLINE static void null_release(void *p, size_t size) { (void)size; null_stack[null_depth++] = p; }
+static void null_reset(size_t size)
+{
+    if (null_size != size) {
+        null_size = size;
+        null_depth = null_carved = 0;
+    }
+}
+
+static double run_pairs_kmem(long n) { return pairs_loop(n, kmem_alloc, kmem_free); }
+static double run_pairs_glibc(long n) { return pairs_loop(n, glibc_alloc, glibc_release); }
+static double run_pairs_null(long n) { null_reset(cur_size); return pairs_loop(n, null_alloc, null_release); }
+static double run_batch_kmem(long n) { return batch_loop(n, kmem_alloc, kmem_free); }
+static double run_batch_glibc(long n) { return batch_loop(n, glibc_alloc, glibc_release); }
+static double run_batch_null(long n) { null_reset(cur_size); return batch_loop(n, null_alloc, null_release); }
 
 /* --- Driver ----------------------------------------------------------------- */
 
@@ -205,6 +242,7 @@ struct result {
     char name[32];
     double kmem, kmem_lo, kmem_hi;     /* ns per alloc+free: median, min, max */
     double glibc, glibc_lo, glibc_hi;
+    double null;                       /* the null allocator's median: glibc / null is the ceiling */
     double goal;
 };
 
@@ -216,24 +254,24 @@ static int cmp_double(const void *a, const void *b)
 
 #define MAX_REPS 11
 
+/* k: slabkit, g: glibc, f: the null allocator; interleaved, the order
+ * rotating from one repetition to the next. */
 static void measure(struct result *r, const char *name, double goal, size_t size,
-                    double (*k)(long), double (*g)(long), long n, int reps)
+                    double (*k)(long), double (*g)(long), double (*f)(long), long n, int reps)
 {
-    double ks[MAX_REPS], gs[MAX_REPS];
+    double ks[MAX_REPS], gs[MAX_REPS], fs[MAX_REPS];
+    double (*fn[3])(long) = { k, g, f };
+    double *out[3] = { ks, gs, fs };
     cur_size = size;
-    k(n / 10);                          /* warm both up */
-    g(n / 10);
-    for (int i = 0; i < reps; i++) {    /* interleaved, alternating who goes first */
-        if (i & 1) {
-            gs[i] = g(n);
-            ks[i] = k(n);
-        } else {
-            ks[i] = k(n);
-            gs[i] = g(n);
-        }
-    }
+    for (int j = 0; j < 3; j++)         /* warm all up */
+        fn[j](n / 10);
+    for (int i = 0; i < reps; i++)
+        for (int j = 0; j < 3; j++)
+            out[(i + j) % 3][i] = fn[(i + j) % 3](n);
     qsort(ks, (size_t)reps, sizeof(double), cmp_double);
     qsort(gs, (size_t)reps, sizeof(double), cmp_double);
+    qsort(fs, (size_t)reps, sizeof(double), cmp_double);
+    r->null = fs[reps / 2];
     snprintf(r->name, sizeof r->name, "%s", name);
     r->kmem = ks[reps / 2];
     r->kmem_lo = ks[0];
@@ -254,11 +292,11 @@ static int run_all(struct result *res, bool full)
     long n_kmem = full ? 4000000 : 1000000;
     int nr = 0;
     foo_cache = kmem_cache_create("bench_foo", sizeof(struct foo), 0, foo_constructor, foo_destructor);
-    measure(&res[nr++], "objcache", 5.0, 0, run_objcache_kmem, run_objcache_glibc, n_obj, reps);
+    measure(&res[nr++], "objcache", 5.0, 0, run_objcache_kmem, run_objcache_glibc, run_objcache_null, n_obj, reps);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         char name[32];
         snprintf(name, sizeof name, "pairs-%zu", sizes[i]);
-        measure(&res[nr++], name, 2.0, sizes[i], run_pairs_kmem, run_pairs_glibc, n_kmem, reps);
+        measure(&res[nr++], name, 2.0, sizes[i], run_pairs_kmem, run_pairs_glibc, run_pairs_null, n_kmem, reps);
     }
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         char name[32];
@@ -266,7 +304,7 @@ static int run_all(struct result *res, bool full)
         /* glibc takes microseconds per op on large batches (it trims and
          * refaults its heap): fewer ops there keep the run short. */
         long n = sizes[i] <= 256 ? n_kmem / 4 : n_kmem / 20;
-        measure(&res[nr++], name, 2.0, sizes[i], run_batch_kmem, run_batch_glibc, n, reps);
+        measure(&res[nr++], name, 2.0, sizes[i], run_batch_kmem, run_batch_glibc, run_batch_null, n, reps);
     }
     kmem_cache_destroy(foo_cache);
     return nr;
@@ -287,19 +325,20 @@ static double geomean_ratio(const struct result *res, int n, bool objcache)
 static void print_table(const char *design, const struct result *res, int n, bool header)
 {
     if (header)
-        printf("%-7s %-11s %20s %20s %8s %6s\n", "design", "benchmark", "kmem ns (min..max)",
-               "glibc ns (min..max)", "ratio", "goal");
+        printf("%-7s %-11s %20s %20s %8s %8s %8s %6s\n", "design", "benchmark", "kmem ns (min..max)",
+               "glibc ns (min..max)", "null ns", "ratio", "ceiling", "goal");
     for (int i = 0; i < n; i++) {
         const struct result *r = &res[i];
         char k[32], g[32];
         snprintf(k, sizeof k, "%.1f (%.1f..%.1f)", r->kmem, r->kmem_lo, r->kmem_hi);
         snprintf(g, sizeof g, "%.1f (%.1f..%.1f)", r->glibc, r->glibc_lo, r->glibc_hi);
-        double ratio = r->glibc / r->kmem;
-        printf("%-7s %-11s %20s %20s %7.2fx %5.0fx%s\n", design, r->name, k, g, ratio, r->goal,
-               ratio >= r->goal ? "" : "  (below goal)");
+        double ratio = r->glibc / r->kmem, ceiling = r->glibc / r->null;
+        printf("%-7s %-11s %20s %20s %8.1f %7.2fx %7.2fx %5.0fx%s\n", design, r->name, k, g, r->null, ratio,
+               ceiling, r->goal, ratio >= r->goal ? "" : ceiling < r->goal ? "  (below goal; so is the ceiling)"
+                                                                          : "  (below goal)");
     }
-    printf("%-7s %-11s %62.2fx %5.0fx\n", design, "objcache", geomean_ratio(res, n, true), 5.0);
-    printf("%-7s %-11s %62.2fx %5.0fx   (geometric mean of pairs and batches)\n", design, "kmem_alloc",
+    printf("%-7s %-11s %71.2fx %17.0fx\n", design, "objcache", geomean_ratio(res, n, true), 5.0);
+    printf("%-7s %-11s %71.2fx %17.0fx   (geometric mean of pairs and batches)\n", design, "kmem_alloc",
            geomean_ratio(res, n, false), 2.0);
 }
 
@@ -310,9 +349,10 @@ static void print_json_design(const char *design, const char *pages, const struc
     for (int i = 0; i < n; i++) {
         const struct result *r = &res[i];
         printf("%s{\"name\": \"%s\", \"kmem_ns\": %.2f, \"kmem_min\": %.2f, \"kmem_max\": %.2f, "
-               "\"glibc_ns\": %.2f, \"glibc_min\": %.2f, \"glibc_max\": %.2f, \"ratio\": %.3f, \"goal\": %.1f}",
+               "\"glibc_ns\": %.2f, \"glibc_min\": %.2f, \"glibc_max\": %.2f, \"null_ns\": %.2f, "
+               "\"ratio\": %.3f, \"ceiling\": %.3f, \"goal\": %.1f}",
                i ? ", " : "", r->name, r->kmem, r->kmem_lo, r->kmem_hi, r->glibc, r->glibc_lo, r->glibc_hi,
-               r->glibc / r->kmem, r->goal);
+               r->null, r->glibc / r->kmem, r->glibc / r->null, r->goal);
     }
     printf("]}");
 }
@@ -321,8 +361,8 @@ static void print_json_design(const char *design, const char *pages, const struc
 static void print_rows(const struct result *res, int n)
 {
     for (int i = 0; i < n; i++)
-        printf("row %s %f %f %f %f %f %f %f\n", res[i].name, res[i].kmem, res[i].kmem_lo, res[i].kmem_hi,
-               res[i].glibc, res[i].glibc_lo, res[i].glibc_hi, res[i].goal);
+        printf("row %s %f %f %f %f %f %f %f %f\n", res[i].name, res[i].kmem, res[i].kmem_lo, res[i].kmem_hi,
+               res[i].glibc, res[i].glibc_lo, res[i].glibc_hi, res[i].null, res[i].goal);
 }
 
 static int run_designs(const char *self, const char *list, bool json, bool full)
@@ -346,9 +386,9 @@ static int run_designs(const char *self, const char *list, bool json, bool full)
         char line[512], pages[32] = "?";
         while (fgets(line, sizeof line, f)) {
             struct result *r = &res[n];
-            if (n < (int)NRESULTS && sscanf(line, "row %31s %lf %lf %lf %lf %lf %lf %lf", r->name, &r->kmem,
+            if (n < (int)NRESULTS && sscanf(line, "row %31s %lf %lf %lf %lf %lf %lf %lf %lf", r->name, &r->kmem,
                                             &r->kmem_lo, &r->kmem_hi, &r->glibc, &r->glibc_lo, &r->glibc_hi,
-                                            &r->goal) == 8)
+                                            &r->null, &r->goal) == 9)
                 n++;
             else
                 sscanf(line, "pages %31s", pages);

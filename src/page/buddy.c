@@ -107,20 +107,27 @@ static void free_one(struct page_desc *d, unsigned order)
     make_free(d, order, 0, page_clock_ms);
 }
 
-/* Hands the frames [from, to) of a new region to the zone as the largest
- * aligned blocks that fit (the first ones are smaller: frame 258 is not
- * 1024-aligned).  Zone lock held. */
-static void add_range(struct page_desc *base, uint32_t from, uint32_t to)
+/* Frames [from, to) go to the zone as the largest aligned blocks that fit,
+ * with the given purged flag and age; returns how many blocks.  The pieces
+ * need no coalescing where callers use it: a new region's frames (the first
+ * blocks are smaller: frame 258 is not 1024-aligned), and the parts of a
+ * block being claimed that lie outside the range (each piece's buddy
+ * overlaps the claimed range or is another piece of a different order).
+ * Zone lock held. */
+static unsigned free_pieces(struct page_desc *base, uint32_t from, uint32_t to, uint32_t flags, uint64_t since)
 {
+    unsigned pieces = 0;
     while (from < to) {
         unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
         if (o > MAX_ORDER)
             o = MAX_ORDER;
         while (from + (1u << o) > to)
             o--;
-        make_free(base + from, o, PD_PURGED, page_clock_ms);   /* never touched: nothing to return */
+        make_free(base + from, o, flags, since);
+        pieces++;
         from += 1u << o;
     }
+    return pieces;
 }
 
 /* Zone lock held on entry and on return; false if the OS refused. */
@@ -131,7 +138,7 @@ static bool grow(void)
     lock_acquire(&zone.lock);
     if (!r)
         return false;
-    add_range(region_descs(r), r->r.first_page, REGION_PAGES);
+    free_pieces(region_descs(r), r->r.first_page, REGION_PAGES, PD_PURGED, page_clock_ms);   /* never touched: nothing to return */
     return true;
 }
 
@@ -203,24 +210,6 @@ static struct page_desc *free_block_of(struct page_desc *base, uint32_t idx)
     return NULL;
 }
 
-/* Frames [from, to) of a block being claimed go back to the zone as the
- * largest aligned blocks that fit, keeping its purged flag and age.  They
- * need no coalescing: each piece's buddy overlaps the claimed range or is
- * another piece of a different order.  Zone lock held. */
-static void give_back(struct page_desc *base, uint32_t from, uint32_t to, uint32_t flags, uint64_t since)
-{
-    while (from < to) {
-        unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
-        if (o > MAX_ORDER)
-            o = MAX_ORDER;
-        while (from + (1u << o) > to)
-            o--;
-        make_free(base + from, o, flags, since);
-        zone.splits++;
-        from += 1u << o;
-    }
-}
-
 /* page_resize_exact's growth: a first pass checks that free blocks cover
  * every frame of [from, to) (at most one descriptor probe per order per
  * block), a second takes those blocks off their lists and gives back what
@@ -248,9 +237,9 @@ static bool buddy_claim_range(struct page_desc *first, size_t n, int count_order
         h->kind = PAGE_UNUSED;
         h->flags = 0;
         if (start < from)
-            give_back(base, start, from, flags, since);
+            zone.splits += free_pieces(base, start, from, flags, since);
         if (end > to)
-            give_back(base, to, end, flags, since);
+            zone.splits += free_pieces(base, to, end, flags, since);
         i = end;
     }
     if (count_order >= 0)
