@@ -176,10 +176,10 @@ SK_INLINE struct kmem_cache *kmalloc_cache_fast(size_t size)
  * branches fold: page_desc_of's NULL return would be tested a second time. */
 SK_INLINE bool cache_desc_lookup(const void *p, struct page_desc **dp)
 {
-    uintptr_t a = (uintptr_t)p;
-    if (unlikely(a >> ADDRESS_BITS))
+    uintptr_t a = (uintptr_t)p, slot = a >> REGION_SHIFT;
+    if (unlikely(slot >= REGION_MAP_LEN))      /* beyond the 47 bits region_map covers */
         return false;
-    uintptr_t e = region_map[a >> REGION_SHIFT];
+    uintptr_t e = region_map[slot];
     if (unlikely(!(e & MAP_REGION)))
         return false;
     *dp = map_desc(e, a);

@@ -94,10 +94,10 @@ SK_INLINE struct page_desc *map_desc(uintptr_t e, uintptr_t a)
 /* Descriptor of the frame holding p, or NULL if p is not in a region of ours. */
 SK_INLINE struct page_desc *page_desc_of(const void *p)
 {
-    uintptr_t a = (uintptr_t)p;
-    if (unlikely(a >> ADDRESS_BITS))
+    uintptr_t a = (uintptr_t)p, slot = a >> REGION_SHIFT;
+    if (unlikely(slot >= REGION_MAP_LEN))      /* beyond the 47 bits region_map covers */
         return NULL;
-    uintptr_t e = region_map[a >> REGION_SHIFT];
+    uintptr_t e = region_map[slot];
     if (unlikely(!(e & MAP_REGION)))
         return NULL;
     return map_desc(e, a);
