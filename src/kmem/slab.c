@@ -18,19 +18,24 @@
  *    caches; one block per slab is the same memory with one call), and a
  *    per-cache hash from buffer address to bufctl, rescaled (x2 above a load
  *    of 2, /2 below 1/4) outside the lock, finds the bufctl at free.
- * 3. Slab size: the smallest order whose waste (header and tail included) is
- *    at most 1/8 (Bonwick 3.2).  Colours: leftover bytes / step + 1 offsets,
+ * 3. Slab size: the smallest order up to 64 KiB whose waste (header and tail
+ *    included) is at most 1/16, else the smallest at most 1/8 (Bonwick 3.2's
+ *    bound).  Colours: leftover bytes / step + 1 offsets,
  *    step = max(align, cache line) when it fits, else align; slabs take them
  *    in turn.  The constructor runs when a slab is created, the destructor
  *    when it is destroyed, never on the alloc/free paths.
  * 4. Magazines.  Per thread per cache a `loaded` and a `previous` magazine
  *    (previous is always full or empty); a per-cache depot of full and empty
- *    magazines.  Alloc: pop loaded; else swap with a full previous; else trade
- *    the empty previous for a full magazine from the depot; else refill loaded
- *    from the slab layer under one lock hold.  Free is the mirror image (a new
- *    empty magazine is made when the depot has none).  Magazine size by
+ *    magazines.  As in Solaris' kmem_cpu_cache the loaded magazine's count and
+ *    capacity live in the per-thread struct, so a fast path reads that struct
+ *    and one round.  Alloc: pop loaded; else swap with a full previous; else
+ *    trade the empty previous for a full magazine from the depot; else refill
+ *    loaded from the slab layer under one lock hold.  Free is the mirror image
+ *    (a new empty magazine is made when the depot has none).  Magazine size by
  *    buffer size (Solaris kmem_magtype[]), grown when the depot lock was
- *    contended more than 3 times in a working-set interval.  Hostage memory:
+ *    contended more than 3 times in a half interval, or (user space: an
+ *    uncontended exchange still costs two atomics) when the depot saw more
+ *    than DEPOT_BUSY exchanges in one.  Hostage memory:
  *    an idle thread holds at most 2 magazines per cache (loaded + previous,
  *    2 * 63 rounds at most); nothing else is per thread, and thread exit
  *    hands both to the depot.
@@ -56,8 +61,9 @@
  * 6. Checks (HARDENED, on unless -DSLABKIT_NO_HARDENING).  Free fast path: the
  *    object's offset in its slab is a multiple of bufsize below
  *    nobjs*bufsize (one multiply by the modular inverse and a rotate, Hacker's
- *    Delight 10-17: no division), and it is not the round on top of the
- *    loaded magazine (immediate double free).  Slab layer: small — not the
+ *    Delight 10-17: no division; every page's descriptor holds the slab's
+ *    first-buffer address), and it is not the round on top of the loaded
+ *    magazine (immediate double free).  Slab layer: small — not the
  *    head of the slab's free list, slab not already empty; large — the
  *    buffer's bufctl must be in the hash (exact, always on: it is needed to
  *    find the bufctl anyway).

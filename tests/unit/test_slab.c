@@ -4,6 +4,7 @@
  * test_slab.c — what is particular to the SLAB design (src/kmem/slab.c):
  * constructed objects reused, colours across slabs, waste <= 1/8 in every
  * generic cache, the large-object hash rescaling, magazine LIFO behaviour,
+ * magazines grown by a busy depot,
  * magazines going to the depot at thread exit, the depot's working set
  * (kmem_reap keeps it, an urgent reap does not), an urgent reap giving every
  * slab of an idle cache to the page layer, the timed working-set reap (run
@@ -205,6 +206,42 @@ static void test_magazine_lifo(void)
     kmem_cache_destroy(cp);
 }
 
+/* A busy depot grows the magazines even with one thread (nothing contends):
+ * 400-byte buffers start at 7 rounds (Solaris' type for 257 B..3 KiB), and
+ * cycling 200 objects sends a thread to the depot about every 7 operations.
+ * A cache used once keeps its starting size. */
+static void test_busy_depot_grows(void)
+{
+    kmem_cache_t *busy = kmem_cache_create("slab_depot_busy", 400, 0, NULL, NULL);
+    kmem_cache_t *idle = kmem_cache_create("slab_depot_idle", 400, 0, NULL, NULL);
+    kmem_cache_free(idle, kmem_cache_alloc(idle, KM_SLEEP));
+    uint64_t start = stats_of("slab_depot_busy").batchcount;
+    CHECK(start == 7, "a 400-byte cache starts with %lu-round magazines", (unsigned long)start);
+    enum { N = 200, CYCLES = 40 };
+    void *objs[N];
+    int bad = 0;
+    for (int c = 0; c < CYCLES; c++) {
+        for (int i = 0; i < N; i++) {
+            objs[i] = kmem_cache_alloc(busy, KM_SLEEP);
+            memset(objs[i], c, 400);
+        }
+        for (int i = 0; i < N; i++) {
+            const unsigned char *p = objs[i];
+            bad += p[0] != (unsigned char)c || p[399] != (unsigned char)c;
+            kmem_cache_free(busy, objs[i]);
+        }
+    }
+    CHECK(bad == 0, "%d objects damaged", bad);
+    uint64_t grown = stats_of("slab_depot_busy").batchcount;
+    CHECK(grown > start, "after %d cycles of %d objects the magazines still hold %lu rounds",
+          CYCLES, N, (unsigned long)grown);
+    CHECK(stats_of("slab_depot_idle").batchcount == start, "the idle cache's magazines grew to %lu rounds",
+          (unsigned long)stats_of("slab_depot_idle").batchcount);
+    printf("busy depot: magazines %lu -> %lu rounds\n", (unsigned long)start, (unsigned long)grown);
+    kmem_cache_destroy(busy);
+    kmem_cache_destroy(idle);
+}
+
 /* A thread's magazines go to the depot when it exits. */
 static kmem_cache_t *exit_cache;
 static void *exit_worker(void *arg)
@@ -386,6 +423,7 @@ int main(void)
     test_waste();
     test_hash_rescale();
     test_magazine_lifo();
+    test_busy_depot_grows();
     test_thread_exit_depot();
     test_urgent_reap_returns();
     test_timed_reap();
