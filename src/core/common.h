@@ -21,6 +21,12 @@
 #define SK_NORETURN  __attribute__((noreturn))
 #define SK_API       __attribute__((visibility("default")))
 #define SK_ALIGNED(n) __attribute__((aligned(n)))
+/* A fast-path entry point starts on a cache line: the whole path (50-100
+ * bytes) then spans one or two lines and fetch windows wherever the rest of
+ * the library moves.  Measured: unaligned, a change elsewhere in slab.c moved
+ * malloc/free pairs by 5% either way; aligned, they were 5-10% faster and
+ * stable. */
+#define SK_FASTPATH  __attribute__((aligned(64)))
 
 #define ALIGN_UP(x, a)   (((x) + ((a) - 1)) & ~((uintptr_t)(a) - 1))
 #define ALIGN_DOWN(x, a) ((x) & ~((uintptr_t)(a) - 1))

@@ -371,7 +371,7 @@ static void *cache_alloc_checked_shim(struct kmem_cache *cp, int flags)
 }
 
 /* One indirect jump: the design's alloc_checked, or the shim above. */
-SK_API void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
+SK_API SK_FASTPATH void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
 {
     return sk_design.alloc_checked(cp, flags);
 }
@@ -381,7 +381,7 @@ SK_API void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
  * bad pointers all take the slow path below. */
 SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf);
 
-SK_API void kmem_cache_free(kmem_cache_t *cp, void *buf)
+SK_API SK_FASTPATH void kmem_cache_free(kmem_cache_t *cp, void *buf)
 {
     struct page_desc *d;
     if (likely(cache_desc_lookup(buf, &d)) && likely(d->cache == cp && d->kind == PAGE_SLAB)) {
@@ -549,7 +549,7 @@ SK_NOINLINE static void *kmem_alloc_slow(size_t size, int flags);
 /* Fast path: one table load (NULL until ready, and with SLOB or the debug
  * layer), then a tail call to the design's alloc_checked, which settles a
  * failure as kmem_cache_alloc does (the old path went through it too). */
-SK_API void *kmem_alloc(size_t size, int flags)
+SK_API SK_FASTPATH void *kmem_alloc(size_t size, int flags)
 {
     struct kmem_cache *cp = kmalloc_cache_fast(size);
     if (likely(cp != NULL))
@@ -585,7 +585,7 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size);
  * compare; the range is empty for every other cache, and under SLOB and the
  * debug layer, which checks exact sizes), a tail call.  NULL and everything
  * else take the checks of the slow path. */
-SK_API void kmem_free(void *buf, size_t size)
+SK_API SK_FASTPATH void kmem_free(void *buf, size_t size)
 {
     struct page_desc *d;
     if (likely(cache_desc_lookup(buf, &d)) && likely(d->kind == PAGE_SLAB)) {

@@ -591,8 +591,8 @@ SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags,
     return slow(cp, l, flags);
 }
 
-static void *slqb_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, alloc_slow); }
-static void *slqb_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, alloc_slow_checked); }
+SK_FASTPATH static void *slqb_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, alloc_slow); }
+SK_FASTPATH static void *slqb_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, alloc_slow_checked); }
 
 /* --- Free ---------------------------------------------------------------- */
 
@@ -648,8 +648,8 @@ SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, struct page_desc *d)
     free_slow(cp, l, s, obj);
 }
 
-static void slqb_free(struct kmem_cache *cp, void *obj) { free_fast(cp, obj, page_desc_of(obj)); }
-static void slqb_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d) { free_fast(cp, obj, d); }
+SK_FASTPATH static void slqb_free(struct kmem_cache *cp, void *obj) { free_fast(cp, obj, page_desc_of(obj)); }
+SK_FASTPATH static void slqb_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d) { free_fast(cp, obj, d); }
 
 /* --- Thread exit, reap --------------------------------------------------- */
 

@@ -697,8 +697,8 @@ SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struc
     return slow(cp, flags);
 }
 
-static void *slub_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slub_alloc_slow); }
-static void *slub_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slub_alloc_slow_checked); }
+SK_FASTPATH static void *slub_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slub_alloc_slow); }
+SK_FASTPATH static void *slub_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slub_alloc_slow_checked); }
 
 /* --- Free ------------------------------------------------------------------- */
 
@@ -828,7 +828,7 @@ SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj, struct 
 /* Fast path: an object of the thread's active slab is pushed on its private
  * list; the range test, the interior-pointer test and the immediate double
  * free test are a subtract, a multiply, a rotate and three compares. */
-static void slub_free(struct kmem_cache *cp, void *obj)
+SK_FASTPATH static void slub_free(struct kmem_cache *cp, void *obj)
 {
     struct slub_cpu *c = cache_cpu_fast(cp);
     if (likely(free_to_active(cp, c, obj)))
@@ -837,7 +837,7 @@ static void slub_free(struct kmem_cache *cp, void *obj)
 }
 
 /* The active-slab test needs no descriptor: the core's lookup is unused. */
-static void slub_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d)
+SK_FASTPATH static void slub_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d)
 {
     (void)d;
     slub_free(cp, obj);

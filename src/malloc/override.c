@@ -18,12 +18,12 @@
 
 #define ALIAS(name) __attribute__((alias(#name), visibility("default")))
 
-SK_API void *malloc(size_t size)
+SK_API SK_FASTPATH void *malloc(size_t size)
 {
     return malloc_fast(size);
 }
 
-SK_API void free(void *p)
+SK_API SK_FASTPATH void free(void *p)
 {
     free_fast(p);
 }

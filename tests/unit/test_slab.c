@@ -4,7 +4,7 @@
  * test_slab.c — what is particular to the SLAB design (src/kmem/slab.c):
  * constructed objects reused, colours across slabs, waste <= 1/8 in every
  * generic cache, the large-object hash rescaling, magazine LIFO behaviour,
- * magazines grown by a busy depot,
+ * magazines grown by a busy depot, exact statistics (allocations derived),
  * magazines going to the depot at thread exit, the depot's working set
  * (kmem_reap keeps it, an urgent reap does not), an urgent reap giving every
  * slab of an idle cache to the page layer, the timed working-set reap (run
@@ -242,6 +242,56 @@ static void test_busy_depot_grows(void)
     kmem_cache_destroy(idle);
 }
 
+/* The statistics are exact for the calling thread at any time and for
+ * threads that have exited: SLAB counts only frees per operation and derives
+ * allocations from the magazines' transfers and contents. */
+static void *stats_kept[500];
+static void *stats_worker(void *arg)
+{
+    kmem_cache_t *cp = arg;
+    for (int i = 0; i < 500; i++)
+        stats_kept[i] = kmem_cache_alloc(cp, KM_SLEEP);
+    for (int i = 0; i < 450; i++)
+        kmem_cache_free(cp, stats_kept[i]);
+    return NULL;                       /* 50 stay allocated, freed by main */
+}
+
+static void test_statistics_exact(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_counts", 64, 0, NULL, NULL);
+    enum { N = 1000, F = 600, A = 300 };
+    void *objs[N + A];
+    for (int i = 0; i < N; i++)
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+    for (int i = 0; i < F; i++)                 /* through several magazines and the depot */
+        kmem_cache_free(cp, objs[i]);
+    for (int i = 0; i < A; i++)
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+    struct slabkit_cache_stats st = stats_of("slab_counts");
+    CHECK(st.allocs == N + A && st.frees == F && st.active_objs == N + A - F,
+          "after %d allocs, %d frees, %d allocs: allocs %lu frees %lu active %lu", N, F, A,
+          (unsigned long)st.allocs, (unsigned long)st.frees, (unsigned long)st.active_objs);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, stats_worker, cp) == 0);
+    pthread_join(t, NULL);
+    st = stats_of("slab_counts");
+    CHECK(st.allocs == N + A + 500 && st.frees == F + 450,
+          "after a thread's 500 allocs and 450 frees: allocs %lu frees %lu",
+          (unsigned long)st.allocs, (unsigned long)st.frees);
+    for (int i = 450; i < 500; i++)
+        kmem_cache_free(cp, stats_kept[i]);
+    for (int i = 0; i < A; i++)
+        kmem_cache_free(cp, objs[i]);
+    for (int i = F; i < N; i++)
+        kmem_cache_free(cp, objs[i]);
+    st = stats_of("slab_counts");
+    CHECK(st.frees == st.allocs && st.allocs == N + A + 500 && st.active_objs == 0,
+          "at the end: allocs %lu frees %lu active %lu", (unsigned long)st.allocs, (unsigned long)st.frees,
+          (unsigned long)st.active_objs);
+    printf("statistics: allocs %lu frees %lu\n", (unsigned long)st.allocs, (unsigned long)st.frees);
+    kmem_cache_destroy(cp);
+}
+
 /* A thread's magazines go to the depot when it exits. */
 static kmem_cache_t *exit_cache;
 static void *exit_worker(void *arg)
@@ -424,6 +474,7 @@ int main(void)
     test_hash_rescale();
     test_magazine_lifo();
     test_busy_depot_grows();
+    test_statistics_exact();
     test_thread_exit_depot();
     test_urgent_reap_returns();
     test_timed_reap();
