@@ -243,14 +243,14 @@ SK_NOINLINE static void *realloc_slow(void *p, size_t size)
  * block at once (what malloc_usable and cache_ksize would find through two
  * calls).  Anything else, and every size change that does not stay in
  * place, is realloc_slow.  NULL p has no descriptor (region_map[0] is 0). */
-void *malloc_realloc(void *p, size_t size)
+SK_FASTPATH void *malloc_realloc(void *p, size_t size)
 {
-    struct page_desc *d = page_desc_of(p);
-    if (likely(d != NULL) && likely(!debug_on)) {
+    struct page_desc *d;
+    if (likely(cache_desc_lookup(p, &d)) && likely(!debug_on)) {
         size_t have;
         if (d->kind == PAGE_SLAB)
             have = d->cache->object_size;
-        else if (d->kind == PAGE_LARGE && p == page_address(d))
+        else if (d->kind == PAGE_LARGE && !((uintptr_t)p & (PAGE_SIZE - 1)))  /* p's page is the head: p starts the block */
             have = d->priv[0] << PAGE_SHIFT;
         else
             return realloc_slow(p, size);
