@@ -76,14 +76,19 @@ SK_INLINE bool boot_owns(const void *p)
 /* malloc(size), sizes up to 1 KiB: one table load, then a tail jump to the
  * design's alloc_checked, which settles a failure with malloc's contract
  * (KM_MALLOC: reap, retry, errno = ENOMEM): 10 instructions around the
- * design's own fast path, no stack frame. */
+ * design's own fast path, no stack frame.  Up to 32 KiB the same with the
+ * kmem layer's two-step lookup (a byte index, then the cache). */
 SK_INLINE void *malloc_fast(size_t size)
 {
-    if (likely(size <= MALLOC_SMALL_MAX)) {
-        struct kmem_cache *cp = malloc_small[(size + 15) >> 4];
-        if (likely(cp != NULL))
-            return sk_design.alloc_checked(cp, KM_NOSLEEP | KM_MALLOC);
-    }
+    struct kmem_cache *cp;
+    if (likely(size <= MALLOC_SMALL_MAX))
+        cp = malloc_small[(size + 15) >> 4];
+    else if (size <= MALLOC_MID_MAX)   /* 1..32 KiB: the kmem layer's class index, then the cache */
+        cp = kmalloc_cache_fast(size);
+    else
+        cp = NULL;
+    if (likely(cp != NULL))
+        return sk_design.alloc_checked(cp, KM_NOSLEEP | KM_MALLOC);
     return malloc_slow(size);
 }
 
