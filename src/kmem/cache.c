@@ -384,7 +384,7 @@ SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf);
 SK_API SK_FASTPATH void kmem_cache_free(kmem_cache_t *cp, void *buf)
 {
     struct page_desc *d;
-    if (likely(cache_desc_lookup(buf, &d)) && likely(d->cache == cp && d->kind == PAGE_SLAB)) {
+    if (likely(page_desc_lookup(buf, &d)) && likely(d->cache == cp && d->kind == PAGE_SLAB)) {
         sk_design.free_desc(cp, buf, d);
         return;
     }
@@ -588,7 +588,7 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size);
 SK_API SK_FASTPATH void kmem_free(void *buf, size_t size)
 {
     struct page_desc *d;
-    if (likely(cache_desc_lookup(buf, &d)) && likely(d->kind == PAGE_SLAB)) {
+    if (likely(page_desc_lookup(buf, &d)) && likely(d->kind == PAGE_SLAB)) {
         struct kmem_cache *cp = d->cache;
         if (likely(size - cp->kfree_min < cp->kfree_span)) {
             sk_design.free_desc(cp, buf, d);

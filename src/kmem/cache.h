@@ -171,21 +171,6 @@ SK_INLINE struct kmem_cache *kmalloc_cache_fast(size_t size)
     return NULL;
 }
 
-/* page_desc_of for fast paths: true and *dp set when p lies in one of our
- * regions (not a huge mapping).  Written as a predicate so the caller's
- * branches fold: page_desc_of's NULL return would be tested a second time. */
-SK_INLINE bool cache_desc_lookup(const void *p, struct page_desc **dp)
-{
-    uintptr_t a = (uintptr_t)p, slot = a >> REGION_SHIFT;
-    if (unlikely(slot >= REGION_MAP_LEN))      /* beyond the 47 bits region_map covers */
-        return false;
-    uintptr_t e = region_map[slot];
-    if (unlikely(!(e & MAP_REGION)))
-        return false;
-    *dp = map_desc(e, a);
-    return true;
-}
-
 /* kmalloc family: any size; generic caches up to KMALLOC_MAX, page layer
  * (exact pages, PAGE_LARGE) up to 2^MAX_ORDER pages, the OS beyond.
  * align: power of two; 0 means the natural alignment of the class. */

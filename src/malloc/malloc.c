@@ -246,7 +246,7 @@ SK_NOINLINE static void *realloc_slow(void *p, size_t size)
 SK_FASTPATH void *malloc_realloc(void *p, size_t size)
 {
     struct page_desc *d;
-    if (likely(cache_desc_lookup(p, &d)) && likely(!debug_on)) {
+    if (likely(page_desc_lookup(p, &d)) && likely(!debug_on)) {
         size_t have;
         if (d->kind == PAGE_SLAB)
             have = d->cache->object_size;

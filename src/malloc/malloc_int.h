@@ -99,7 +99,7 @@ SK_INLINE void *malloc_fast(size_t size)
 SK_INLINE void free_fast(void *p)
 {
     struct page_desc *d;
-    if (likely(cache_desc_lookup(p, &d)) && likely(d->kind == PAGE_SLAB)) {
+    if (likely(page_desc_lookup(p, &d)) && likely(d->kind == PAGE_SLAB)) {
         sk_design.free_desc(d->cache, p, d);
         return;
     }

@@ -91,16 +91,26 @@ SK_INLINE struct page_desc *map_desc(uintptr_t e, uintptr_t a)
     return (struct page_desc *)(e - MAP_REGION + ((a & REGION_MASK) >> PAGE_SHIFT) * sizeof(struct page_desc));
 }
 
-/* Descriptor of the frame holding p, or NULL if p is not in a region of ours. */
-SK_INLINE struct page_desc *page_desc_of(const void *p)
+/* True and *dp set to the descriptor of the frame holding p when p lies in
+ * one of our regions (not a huge mapping).  A predicate, so a fast path's
+ * branches fold: page_desc_of's NULL would be tested a second time. */
+SK_INLINE bool page_desc_lookup(const void *p, struct page_desc **dp)
 {
     uintptr_t a = (uintptr_t)p, slot = a >> REGION_SHIFT;
     if (unlikely(slot >= REGION_MAP_LEN))      /* beyond the 47 bits region_map covers */
-        return NULL;
+        return false;
     uintptr_t e = region_map[slot];
     if (unlikely(!(e & MAP_REGION)))
-        return NULL;
-    return map_desc(e, a);
+        return false;
+    *dp = map_desc(e, a);
+    return true;
+}
+
+/* Descriptor of the frame holding p, or NULL if p is not in a region of ours. */
+SK_INLINE struct page_desc *page_desc_of(const void *p)
+{
+    struct page_desc *d;
+    return page_desc_lookup(p, &d) ? d : NULL;
 }
 
 SK_INLINE void *page_address(const struct page_desc *d)
