@@ -8,6 +8,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))      # real_programs
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +51,27 @@ def clean_env():
         if k.startswith("SLABKIT_"):
             del env[k]
     return env
+
+
+# --- The real programs of bench/real_programs.py (test_real_programs.py,
+# test_debug_programs.py) -------------------------------------------------
+
+DESIGNS = [d for d in ("slab", "slub", "slob", "slqb") if os.path.exists(os.path.join(ROOT, "src", "kmem", d + ".c"))]
+REAL_PROGRAMS = ["python3", "sqlite3", "perl", "gcc", "sort", "xz", "redis"]
+
+
+def real_program(progs, name):
+    """progs[name] (a definition from bench/real_programs.py), or a skip with
+    the reason when the program is not installed (.ci/run installs them)."""
+    import real_programs
+    prog = progs[name]
+    if not real_programs.available(prog):
+        pytest.skip(f"{name}: {', '.join(prog['needs'])} not installed (.ci/run installs it)")
+    return prog
+
+
+def glibc_output(name, prog, baseline):
+    """What prog prints on glibc (no preload), run once and kept in baseline."""
+    if name not in baseline:
+        baseline[name] = prog["run"](clean_env())[0]
+    return baseline[name]

@@ -14,22 +14,15 @@ then per-site lines), nothing else.
 
 stderr is captured by wrapping the `subprocess` module the shared program
 definitions use (their run() keeps only stdout)."""
-import os
 import re
 import subprocess
-import sys
 import tempfile
 import types
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-import real_programs  # noqa: E402
-from conftest import clean_env  # noqa: E402
-
-DESIGNS = [d for d in ("slab", "slub", "slob", "slqb") if os.path.exists(os.path.join(ROOT, "src", "kmem", d + ".c"))]
-NAMES = ["python3", "sqlite3", "perl", "gcc", "sort", "xz", "redis"]
+import real_programs
+from conftest import DESIGNS, REAL_PROGRAMS as NAMES, clean_env, glibc_output, real_program
 SCALE = 0.1
 # audit never touches a buffer (it only records), so it cannot cause a false
 # report; it is the slow part (a stack per operation), and runs in the `all` test.
@@ -100,29 +93,26 @@ def baseline():
 
 
 
-def expected(name, prog, baseline):
-    if name not in baseline:
-        baseline[name] = prog["run"](clean_env())[0]
-    return baseline[name]
 
 
-def run_debug(prog, lib, design, debug):
+def run_debug(name, progs, baseline, lib, recorder, design, debug):
+    """Runs program `name` under SLABKIT_DEBUG=debug: (its output, its output on
+    glibc, the stderr of every preloaded process).  Raises on a non-zero exit
+    (an abort on a report)."""
+    prog = real_program(progs, name)
+    want = glibc_output(name, prog, baseline)
+    recorder.collect()
+    recorder.stderr.clear()
     env = clean_env()
     env.update(LD_PRELOAD=lib, SLABKIT_DESIGN=design, SLABKIT_PAGES="ibuddy", SLABKIT_DEBUG=debug)
-    return prog["run"](env)[0]      # raises on a non-zero exit (an abort on a report)
+    out = prog["run"](env)[0]
+    return out, want, recorder.collect()
 
 
 @pytest.mark.parametrize("design", DESIGNS)
 @pytest.mark.parametrize("name", NAMES)
 def test_debug_same_output_no_reports(name, design, progs, baseline, lib, recorder):
-    prog = progs[name]
-    if not real_programs.available(prog):
-        pytest.skip(f"{name}: {', '.join(prog['needs'])} not installed (.ci/run installs it)")
-    want = expected(name, prog, baseline)
-    recorder.collect()
-    recorder.stderr.clear()
-    out = run_debug(prog, lib, design, IDENTITY)
-    err = recorder.collect()
+    out, want, err = run_debug(name, progs, baseline, lib, recorder, design, IDENTITY)
     reports = [l for l in err.splitlines() if l.startswith("slabkit:")]
     assert not reports, f"{name} ({design}, SLABKIT_DEBUG={IDENTITY}) reported:\n" + "\n".join(reports[:40])
     assert out == want, f"{name} under slabkit debug ({design}) printed something else than on glibc"
@@ -131,14 +121,7 @@ def test_debug_same_output_no_reports(name, design, progs, baseline, lib, record
 @pytest.mark.parametrize("design", DESIGNS)
 @pytest.mark.parametrize("name", LEAK_NAMES)
 def test_debug_all_leak_report_well_formed(name, design, progs, baseline, lib, recorder):
-    prog = progs[name]
-    if not real_programs.available(prog):
-        pytest.skip(f"{name}: {', '.join(prog['needs'])} not installed")
-    want = expected(name, prog, baseline)
-    recorder.collect()
-    recorder.stderr.clear()
-    out = run_debug(prog, lib, design, "all")      # exit status 0 is checked by run()
-    err = recorder.collect()
+    out, want, err = run_debug(name, progs, baseline, lib, recorder, design, "all")   # exit status 0 is checked by run()
     assert out == want, f"{name} under SLABKIT_DEBUG=all ({design}) printed something else than on glibc"
     lines = [l for l in err.splitlines() if l.startswith("slabkit:")]
     headers = [i for i, l in enumerate(lines) if LEAK_HEADER.match(l)]
