@@ -126,27 +126,26 @@ void **thread_cpu_slot(struct sk_thread *t, unsigned id)
 {
     if (unlikely(t->state != THREAD_LIVE))
         return NULL;
-    if (id < THREAD_CPU_INLINE)
-        return &t->cpu[id];
+    void **slot = thread_cpu_peek(t, id);
+    if (likely(slot != NULL))
+        return slot;
+    /* Grow to cover it; slots are a page-multiple array from the page layer. */
     unsigned idx = id - THREAD_CPU_INLINE;
-    if (idx >= t->cpu_more_len) {
-        /* Grow to cover idx; slots are a page-multiple array from the page layer. */
-        size_t want = ALIGN_UP((idx + 1) * sizeof(void *), PAGE_SIZE);
-        size_t pages = want >> PAGE_SHIFT;
-        void **more = page_alloc_exact(pages, 1 /* KM_NOSLEEP */);
-        if (!more)
-            return NULL;
-        page_desc_of(more)->kind = PAGE_INTERNAL;
-        memset(more, 0, want);
-        if (t->cpu_more) {
-            memcpy(more, t->cpu_more, t->cpu_more_len * sizeof(void *));
-            size_t old = ALIGN_UP(t->cpu_more_len * sizeof(void *), PAGE_SIZE) >> PAGE_SHIFT;
-            page_desc_of(t->cpu_more)->kind = PAGE_USED;
-            page_free_exact(t->cpu_more, old);
-        }
-        t->cpu_more = more;
-        t->cpu_more_len = (unsigned)(want / sizeof(void *));
+    size_t want = ALIGN_UP((idx + 1) * sizeof(void *), PAGE_SIZE);
+    size_t pages = want >> PAGE_SHIFT;
+    void **more = page_alloc_exact(pages, 1 /* KM_NOSLEEP */);
+    if (!more)
+        return NULL;
+    page_desc_of(more)->kind = PAGE_INTERNAL;
+    memset(more, 0, want);
+    if (t->cpu_more) {
+        memcpy(more, t->cpu_more, t->cpu_more_len * sizeof(void *));
+        size_t old = ALIGN_UP(t->cpu_more_len * sizeof(void *), PAGE_SIZE) >> PAGE_SHIFT;
+        page_desc_of(t->cpu_more)->kind = PAGE_USED;
+        page_free_exact(t->cpu_more, old);
     }
+    t->cpu_more = more;
+    t->cpu_more_len = (unsigned)(want / sizeof(void *));
     return &t->cpu_more[idx];
 }
 
