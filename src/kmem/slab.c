@@ -35,10 +35,10 @@
  *    buffer size (Solaris kmem_magtype[]), grown when the depot lock was
  *    contended more than 3 times in a half interval, or (user space: an
  *    uncontended exchange still costs two atomics) when the depot saw more
- *    than DEPOT_BUSY exchanges in one.  Hostage memory:
- *    an idle thread holds at most 2 magazines per cache (loaded + previous,
- *    2 * 63 rounds at most); nothing else is per thread, and thread exit
- *    hands both to the depot.
+ *    than DEPOT_BUSY exchanges in one; growth stops at MAG_MAX_BYTES of
+ *    buffers per magazine.  Hostage memory: an idle thread holds at most 2
+ *    magazines per cache (loaded + previous, 2 * 63 rounds at most); nothing
+ *    else is per thread, and thread exit hands both to the depot.
  * 5. Working set (Solaris kmem_depot_ws_*): each depot list keeps the minimum
  *    count seen in the current interval; at the next interval that minimum
  *    becomes the reap limit.  A reap frees min(limit, min) magazines of each
@@ -194,6 +194,14 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
     { 31, 0, 4096 }, { 47, 0, 2048 }, { 63, 0, 1024 },
 };
 #define MAG_MAX_ROUNDS 63
+/* Ours: growth stops before a magazine would hold more than this many bytes
+ * of buffers.  Solaris lets 1 KiB buffers reach 63 rounds (63 KiB per
+ * magazine); with two magazines per thread per cache, plus the depot's,
+ * that is what a producer/consumer pair over sixteen classes kept out of
+ * use (0.3 MiB, a third of its live data).  Larger magazines only save
+ * depot visits, which cost little once a magazine amortises them over a
+ * few dozen operations. */
+#define MAG_MAX_BYTES 8192
 /* Solaris kmem_depot_contention: more lock_try failures than this in one
  * interval grow the magazines. */
 #define DEPOT_CONTENTION 3
@@ -630,7 +638,8 @@ static void depot_ws_update(struct depot *d, uint64_t now)
 static void depot_grow(struct slab_cache *sc)
 {
     struct depot *d = &sc->depot;
-    if (d->magtype + 1 < ARRAY_SIZE(mag_types) && sc->bufsize < mag_types[d->magtype].maxbuf)
+    if (d->magtype + 1 < ARRAY_SIZE(mag_types) && sc->bufsize < mag_types[d->magtype].maxbuf &&
+        mag_types[d->magtype + 1].rounds * sc->bufsize <= MAG_MAX_BYTES)
         d->magtype++;
 }
 

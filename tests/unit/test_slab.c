@@ -209,7 +209,8 @@ static void test_magazine_lifo(void)
 /* A busy depot grows the magazines even with one thread (nothing contends):
  * 400-byte buffers start at 7 rounds (Solaris' type for 257 B..3 KiB), and
  * cycling 200 objects sends a thread to the depot about every 7 operations.
- * A cache used once keeps its starting size. */
+ * Growth stops before a magazine would hold more than 8 KiB of buffers (15
+ * rounds of 400 B).  A cache used once keeps its starting size. */
 static void test_busy_depot_grows(void)
 {
     kmem_cache_t *busy = kmem_cache_create("slab_depot_busy", 400, 0, NULL, NULL);
@@ -235,6 +236,7 @@ static void test_busy_depot_grows(void)
     uint64_t grown = stats_of("slab_depot_busy").batchcount;
     CHECK(grown > start, "after %d cycles of %d objects the magazines still hold %lu rounds",
           CYCLES, N, (unsigned long)grown);
+    CHECK(grown * 400 <= 8192, "%lu-round magazines hold more than 8 KiB of 400-byte buffers", (unsigned long)grown);
     CHECK(stats_of("slab_depot_idle").batchcount == start, "the idle cache's magazines grew to %lu rounds",
           (unsigned long)stats_of("slab_depot_idle").batchcount);
     printf("busy depot: magazines %lu -> %lu rounds\n", (unsigned long)start, (unsigned long)grown);
