@@ -4,9 +4,9 @@
  * hand-back, reap, fork).
  *
  * Start-up (cache_init) is idempotent and allocation-free: options, page
- * layer, the design's table copied into sk_design, the generic caches, the
- * fork hooks.  Re-entrant calls during start-up see cache_ready == false
- * only until the generic caches exist.
+ * layer, the design's table copied into sk_design, the fork hooks.  The
+ * generic caches are made on first use (kmalloc_cache_get).  Re-entrant
+ * calls during start-up see cache_ready == false.
  *
  * Locking: cache_list_lock protects the cache list, cache ids, and the walk
  * over threads' per-cache state (destroy, thread exit, reap). Lock order:
@@ -66,20 +66,6 @@ static size_t kmalloc_align(size_t size)
     return a > PAGE_SIZE ? PAGE_SIZE : a;
 }
 
-/* Fill the kmem_alloc lookup tables (cache.h), last in start-up: a reader
- * that sees an entry sees a finished cache. */
-static void size_tables_init(void)
-{
-    for (unsigned c = 0; c < KMALLOC_CLASSES; c++) {
-        kmalloc_caches[c]->kfree_min = c ? kmalloc_sizes[c - 1] + 1 : 0;
-        kmalloc_caches[c]->kfree_span = kmalloc_sizes[c] + 1 - kmalloc_caches[c]->kfree_min;
-    }
-    for (size_t i = 0; i < ARRAY_SIZE(kmalloc_cache_small); i++)
-        __atomic_store_n(&kmalloc_cache_small[i], kmalloc_caches[kmalloc_index(i << 3)], __ATOMIC_RELEASE);
-    for (size_t i = 0; i < KMALLOC_CLASSES; i++)
-        __atomic_store_n(&kmalloc_cache_live[i], kmalloc_caches[i], __ATOMIC_RELEASE);
-}
-
 static void size_classes_init(void)
 {
     unsigned c = 0;
@@ -115,6 +101,14 @@ static int id_alloc(void)
 
 static void id_free(unsigned id) { id_used[id / 64] &= ~(1ull << (id % 64)); }
 
+/* Generic class c gets id c, whenever it is created: its per-thread state is
+ * inline (the fast paths' slot), however many caches the program made first. */
+static void id_reserve_generic(void)
+{
+    for (unsigned c = 0; c < KMALLOC_CLASSES; c++)
+        id_used[c / 64] |= 1ull << (c % 64);
+}
+
 /* --- Start-up ------------------------------------------------------------ */
 
 static uintptr_t secret_seed;
@@ -129,9 +123,52 @@ static void secret_init(void)
 
 static struct kmem_cache *cache_create(const char *name, size_t size, size_t align,
                                        void (*ctor)(void *, size_t), void (*dtor)(void *, size_t),
-                                       unsigned flags);
+                                       unsigned flags, int id);
 
 static void *cache_alloc_checked_shim(struct kmem_cache *cp, int flags);
+
+/* --- Generic caches, created on first use --------------------------------
+ * A program uses a few dozen of the KMALLOC_CLASSES classes; creating each
+ * when it is first asked for keeps the others' structures (about 40 KiB in
+ * all) out of every process.  kmalloc_lock serialises creation; readers load
+ * kmalloc_caches[] with acquire and fall back here on NULL, so the fast
+ * tables (cache.h) are filled only with finished caches. */
+static struct sk_lock kmalloc_lock = SK_LOCK_INIT;
+
+/* Enter a new generic cache in kmem_alloc's fast tables, unless kmalloc is
+ * overridden (SLOB, the debug layer): then the tables stay NULL. */
+static void kmalloc_publish(unsigned c, struct kmem_cache *cp)
+{
+    cp->kfree_min = c ? kmalloc_sizes[c - 1] + 1 : 0;
+    cp->kfree_span = kmalloc_sizes[c] + 1 - cp->kfree_min;
+    __atomic_store_n(&kmalloc_caches[c], cp, __ATOMIC_RELEASE);
+    if (sk_design.kmalloc)
+        return;
+    for (size_t i = 0; i < ARRAY_SIZE(kmalloc_cache_small); i++)
+        if (kmalloc_index_small[i] == c)
+            __atomic_store_n(&kmalloc_cache_small[i], cp, __ATOMIC_RELEASE);
+    __atomic_store_n(&kmalloc_cache_live[c], cp, __ATOMIC_RELEASE);
+}
+
+struct kmem_cache *kmalloc_cache_get(unsigned c)
+{
+    struct kmem_cache *cp = __atomic_load_n(&kmalloc_caches[c], __ATOMIC_ACQUIRE);
+    if (likely(cp != NULL))
+        return cp;
+    cache_init();
+    lock_acquire(&kmalloc_lock);
+    cp = kmalloc_caches[c];
+    if (!cp) {
+        char name[CACHE_NAME_LEN];
+        sk_format(name, sizeof name, "kmalloc-%u", kmalloc_sizes[c]);
+        cp = cache_create(name, kmalloc_sizes[c], kmalloc_align(kmalloc_sizes[c]), NULL, NULL, CACHE_KMALLOC,
+                          (int)c);
+        if (cp)
+            kmalloc_publish(c, cp);
+    }
+    lock_release(&kmalloc_lock);
+    return cp;
+}
 
 /* free_desc for designs without one, and under the debug layer (whose free
  * wrapper must see every free): a tail jump to free. */
@@ -156,28 +193,16 @@ void cache_init(void)
     page_init();
     secret_init();
     size_classes_init();
+    id_reserve_generic();
     sk_design = *designs[sk_opt.design];
     if (sk_design.init)
         sk_design.init();
-    bool generic = !sk_design.kmalloc;
     if (sk_opt.debug)
         debug_install();               /* wraps sk_design: before any cache exists */
     if (!sk_design.free_desc || sk_opt.debug)
         sk_design.free_desc = cache_free_desc_shim;
     if (!sk_design.alloc_checked || sk_opt.debug)
         sk_design.alloc_checked = cache_alloc_checked_shim;
-    if (generic) {
-        for (unsigned i = 0; i < KMALLOC_CLASSES; i++) {
-            char name[CACHE_NAME_LEN];
-            sk_format(name, sizeof name, "kmalloc-%u", kmalloc_sizes[i]);
-            kmalloc_caches[i] = cache_create(name, kmalloc_sizes[i], kmalloc_align(kmalloc_sizes[i]),
-                                             NULL, NULL, CACHE_KMALLOC);
-            if (!kmalloc_caches[i])
-                sk_fatal("cannot create the generic cache %s", name);
-        }
-    }
-    if (generic && !sk_design.kmalloc)
-        size_tables_init();            /* not when SLOB or the debug layer serve kmalloc */
     page_set_reclaim_hook(cache_reap_all_urgent);
     fork_hooks_install();
     if (sk_opt.stats)
@@ -191,9 +216,10 @@ void cache_init(void)
 
 #define CACHE_MAX_OBJECT (256u * 1024)   /* larger objects belong to the page layer */
 
+/* id: the cache's per-thread state index, or -1 for the first free one. */
 static struct kmem_cache *cache_create(const char *name, size_t size, size_t align,
                                        void (*ctor)(void *, size_t), void (*dtor)(void *, size_t),
-                                       unsigned flags)
+                                       unsigned flags, int id)
 {
     struct kmem_cache *cp = cache_internal_alloc(sizeof *cp + sk_design.cache_priv_size);
     if (!cp)
@@ -220,9 +246,11 @@ static struct kmem_cache *cache_create(const char *name, size_t size, size_t ali
     memcpy(cp->name, name, n);
     cp->name[n] = '\0';
 
-    lock_acquire(&cache_list_lock);
-    int id = id_alloc();
-    lock_release(&cache_list_lock);
+    if (id < 0) {
+        lock_acquire(&cache_list_lock);
+        id = id_alloc();
+        lock_release(&cache_list_lock);
+    }
     if (id < 0) {
         sk_warn("kmem_cache_create(%s): too many caches (%u)", name, CACHE_IDS);
         cache_internal_free(cp, sizeof *cp + sk_design.cache_priv_size);
@@ -263,7 +291,7 @@ SK_API kmem_cache_t *kmem_cache_create(const char *name, size_t size, size_t ali
         errno = EINVAL;
         return NULL;
     }
-    return cache_create(name, size, align, constructor, destructor, 0);
+    return cache_create(name, size, align, constructor, destructor, 0, -1);
 }
 
 /* Hand t's state for cp back to the shared layer (any thread may do it for
@@ -445,6 +473,13 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
     return p;
 }
 
+/* An object of generic class c; NULL when the class cannot be created. */
+static void *kmalloc_class_alloc(unsigned c, int flags)
+{
+    struct kmem_cache *cp = kmalloc_cache_get(c);
+    return likely(cp != NULL) ? kmem_cache_alloc(cp, flags) : NULL;
+}
+
 void *cache_kmalloc(size_t size, size_t align, int flags)
 {
     if (unlikely(sk_design.kmalloc != NULL))     /* SLOB, or the debug layer */
@@ -461,7 +496,7 @@ void *cache_generic_kmalloc(size_t size, size_t align, int flags)
             size = ALIGN_UP(size, 16);
         unsigned i = kmalloc_index(size);
         if (likely(i < KMALLOC_CLASSES))
-            return kmem_cache_alloc(kmalloc_caches[i], flags);
+            return kmalloc_class_alloc(i, flags);
         return cache_large_alloc(size, align, flags);
     }
     /* A larger alignment: the first class at least that big whose objects
@@ -469,8 +504,8 @@ void *cache_generic_kmalloc(size_t size, size_t align, int flags)
     size_t need = size > align ? size : align;
     if (align <= PAGE_SIZE) {
         for (unsigned i = kmalloc_index(need); i < KMALLOC_CLASSES; i++)
-            if (kmalloc_caches[i]->align >= align && kmalloc_sizes[i] >= size)
-                return kmem_cache_alloc(kmalloc_caches[i], flags);
+            if (kmalloc_align(kmalloc_sizes[i]) >= align && kmalloc_sizes[i] >= size)
+                return kmalloc_class_alloc(i, flags);
     }
     return cache_large_alloc(size, align, flags);
 }

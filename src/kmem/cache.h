@@ -139,7 +139,10 @@ extern bool cache_ready;
 #define KMALLOC_CLASSES 69
 #define KMALLOC_MID_SHIFT 5
 #define KMALLOC_MID_STEP  (1u << KMALLOC_MID_SHIFT)
-extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];
+extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];   /* NULL until first used */
+/* Generic class c's cache, created on first use; NULL if it cannot be made
+ * (out of memory).  Slow paths only: the fast tables below hold it once made. */
+struct kmem_cache *kmalloc_cache_get(unsigned c);
 extern const uint32_t kmalloc_sizes[KMALLOC_CLASSES];
 extern uint8_t kmalloc_index_small[(1024 >> 3) + 1];   /* (size + 7) >> 3 -> class, sizes <= 1024 */
 unsigned kmalloc_index_slow(size_t size);               /* sizes > 1024 */
@@ -154,10 +157,10 @@ SK_INLINE unsigned kmalloc_index(size_t size)
 /* The generic cache for a kmem_alloc(size) with no alignment, by table: sizes
  * <= 1024 in 8-byte steps straight to the cache (one load); above, a class
  * index per KMALLOC_MID_STEP (a byte each: the table stays 1 KiB), then
- * kmalloc_cache_live.  Both cache tables stay NULL until the core is ready and
- * whenever kmalloc is overridden (SLOB, the debug layer): a NULL entry sends
- * the caller to its slow path, so "not ready" costs the fast path nothing
- * beyond the table load. */
+ * kmalloc_cache_live.  An entry stays NULL until its class is first used, and
+ * all of them whenever kmalloc is overridden (SLOB, the debug layer): a NULL
+ * entry sends the caller to its slow path, so "not made yet" costs the fast
+ * path nothing beyond the table load. */
 extern struct kmem_cache *kmalloc_cache_small[(1024 >> 3) + 1] __attribute__((visibility("hidden")));
 extern uint8_t kmalloc_index_mid[(KMALLOC_MAX >> KMALLOC_MID_SHIFT) + 1] __attribute__((visibility("hidden")));
 extern struct kmem_cache *kmalloc_cache_live[KMALLOC_CLASSES] __attribute__((visibility("hidden")));

@@ -60,23 +60,22 @@ size_t boot_usable(const void *p)
 
 /* --- Class tables -------------------------------------------------------- */
 
-static void tables_init(void)
+struct kmem_cache *malloc_small_fill(size_t size)
 {
     /* SLOB keeps no generic caches, and the debug layer wraps kmalloc: both
-     * go through cache_kmalloc, so the tables stay NULL. */
+     * go through cache_kmalloc, so the table stays NULL. */
     if (sk_design.kmalloc)
-        return;
-    for (size_t i = 0; i < ARRAY_SIZE(malloc_small); i++) {
-        size_t size = i ? i << 4 : MALLOC_ALIGN;
-        malloc_small[i] = kmalloc_caches[kmalloc_index(size)];
-    }
-    /* Every class the table names must keep malloc's 16-byte promise (above
-     * 1 KiB the kmem tables serve: every class there is a multiple of 32). */
-    for (size_t i = 0; i < ARRAY_SIZE(malloc_small); i++)
-        if (malloc_small[i] && (malloc_small[i]->align < MALLOC_ALIGN ||
-                                malloc_small[i]->object_size < (i << 4)))
-            sk_fatal("malloc: generic cache %s cannot serve %zu bytes 16-aligned",
-                     malloc_small[i]->name, i << 4);
+        return NULL;
+    size_t i = (size + 15) >> 4;
+    struct kmem_cache *cp = kmalloc_cache_get(kmalloc_index(i ? i << 4 : MALLOC_ALIGN));
+    if (!cp)
+        return NULL;
+    /* The class must keep malloc's 16-byte promise (above 1 KiB the kmem
+     * tables serve: every class there is a multiple of 32). */
+    if (cp->align < MALLOC_ALIGN || cp->object_size < (i << 4))
+        sk_fatal("malloc: generic cache %s cannot serve %zu bytes 16-aligned", cp->name, i << 4);
+    __atomic_store_n(&malloc_small[i], cp, __ATOMIC_RELEASE);
+    return cp;
 }
 
 /* --- Live statistics: SLABKIT_STATS_SIGNAL=1 ----------------------------- */
@@ -142,7 +141,6 @@ bool malloc_init(void)
     init_owner = self;
     __atomic_store_n(&init_state, 1, __ATOMIC_RELEASE);
     cache_init();
-    tables_init();
     stats_signal_init();
     __atomic_store_n(&malloc_ready, true, __ATOMIC_RELEASE);
     __atomic_store_n(&init_state, 2, __ATOMIC_RELEASE);

@@ -24,11 +24,14 @@
 struct kmem_cache *malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
 
 /* The generic class for size (16-byte rounded), or NULL when the generic
- * caches do not serve this size or this process (SLOB, debug). */
+ * caches do not serve this size or this process (SLOB, debug).  A class not
+ * used yet is made here; above 1 KiB cache_kmalloc makes it. */
 SK_INLINE struct kmem_cache *class_of(size_t size)
 {
-    if (size <= MALLOC_SMALL_MAX)
-        return malloc_small[(size + 15) >> 4];
+    if (size <= MALLOC_SMALL_MAX) {
+        struct kmem_cache *cp = malloc_small[(size + 15) >> 4];
+        return cp ? cp : malloc_small_fill(size);
+    }
     if (size <= MALLOC_MID_MAX)
         return kmalloc_cache_fast(size);
     return NULL;

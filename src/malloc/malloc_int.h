@@ -5,11 +5,12 @@
  * Size classes: requests are rounded up to 16 bytes (malloc's alignment
  * promise, max_align_t) before the lookup.  malloc_small[] maps (size+15)>>4
  * straight to the generic cache (one load instead of index + cache load);
- * Above 1 KiB the kmem layer's own tables serve (kmalloc_cache_fast: the
- * classes there are multiples of 32, so 16-aligned).  Both tables stay NULL until the core is initialised and
- * whenever the design (SLOB) or the debug layer overrides kmalloc: a NULL
- * entry sends the request to the slow path, so "not ready" and "not the
- * generic caches" cost the fast path nothing beyond the table load.
+ * above 1 KiB the kmem layer's own tables serve (kmalloc_cache_fast: the
+ * classes there are multiples of 32, so 16-aligned).  An entry stays NULL
+ * until its class is first used, and all of them whenever the design (SLOB)
+ * or the debug layer overrides kmalloc: a NULL entry sends the request to the
+ * slow path, so "not made yet" and "not the generic caches" cost the fast
+ * path nothing beyond the table load.
  *
  * Invariants: every pointer malloc hands out is 16-byte aligned, and its
  * usable size (malloc_usable_size) is at least the size asked for. */
@@ -42,6 +43,10 @@
 #define MALLOC_MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
 extern struct kmem_cache *malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
+/* The class for a size up to MALLOC_SMALL_MAX, made and entered in
+ * malloc_small on first use; NULL when the table does not apply (SLOB, the
+ * debug layer) or the class cannot be made. */
+struct kmem_cache *malloc_small_fill(size_t size);
 /* True once malloc_init has run to the end (tables filled if they apply). */
 extern bool malloc_ready;
 

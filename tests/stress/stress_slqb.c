@@ -242,6 +242,8 @@ int main(void)
     uint64_t lists_max = 0;
     for (unsigned i = 0; i < KMALLOC_CLASSES; i++) {
         struct slqb_probe p;
+        if (!kmalloc_caches[i])      /* made on first use: never used here */
+            continue;
         slqb_probe(kmalloc_caches[i], false, &p);
         if (p.lists > lists_max)
             lists_max = p.lists;
