@@ -570,9 +570,85 @@ static void test_reap_keeps_live(void)
           (long)atomic_load(&n_ctor), (long)atomic_load(&n_dtor));
 }
 
+/* The generic caches are made on first use: a class nobody asked for does not
+ * exist, one that four threads ask for at once is made exactly once, and it
+ * keeps an inline per-thread slot (id = class) even when the program made
+ * more caches than there are inline slots before it.  Runs first, while no
+ * generic cache exists.  (SLOB keeps no generic caches.) */
+enum { FIRST_USE_SIZE = 700, FIRST_USE_THREADS = 4, FIRST_USE_CACHES = 140 };
+
+static void *first_use_thread(void *arg)
+{
+    long *bad = arg;
+    void *p[64];
+    for (int round = 0; round < 50; round++) {
+        for (int i = 0; i < 64; i++) {
+            p[i] = kmem_alloc(FIRST_USE_SIZE, KM_SLEEP);
+            memset(p[i], i, FIRST_USE_SIZE);
+        }
+        for (int i = 0; i < 64; i++) {
+            const unsigned char *b = p[i];
+            *bad += b[0] != i || b[FIRST_USE_SIZE - 1] != i;
+            kmem_free(p[i], FIRST_USE_SIZE);
+        }
+    }
+    return NULL;
+}
+
+static void count_generic(const struct slabkit_cache_stats *st, void *arg)
+{
+    *(int *)arg += strncmp(st->name, "kmalloc-", 8) == 0;
+}
+
+static void test_generic_first_use(void)
+{
+    kmem_cache_t *many[FIRST_USE_CACHES];
+    for (int i = 0; i < FIRST_USE_CACHES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "first_use_%d", i);
+        many[i] = kmem_cache_create(name, 40, 0, NULL, NULL);
+        CHECK(many[i] != NULL, "cannot create cache %s", name);
+    }
+    if (sk_design.kmalloc) {           /* SLOB */
+        for (int i = 0; i < FIRST_USE_CACHES; i++)
+            kmem_cache_destroy(many[i]);
+        return;
+    }
+    int generic = 0;
+    slabkit_cache_foreach(count_generic, &generic);
+    CHECK(generic == 0, "%d generic caches exist before any kmem_alloc", generic);
+
+    pthread_t t[FIRST_USE_THREADS];
+    long bad[FIRST_USE_THREADS] = { 0 };
+    for (int i = 0; i < FIRST_USE_THREADS; i++)
+        pthread_create(&t[i], NULL, first_use_thread, &bad[i]);
+    for (int i = 0; i < FIRST_USE_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(bad[i] == 0, "thread %d: %ld objects damaged", i, bad[i]);
+    }
+    unsigned c = kmalloc_index(FIRST_USE_SIZE);
+    struct kmem_cache *cp = kmalloc_caches[c];
+    CHECK(cp != NULL, "no generic cache for %d bytes after kmem_alloc", FIRST_USE_SIZE);
+    if (cp) {
+        struct slabkit_cache_stats st = stats_of(cp->name);      /* exactly one */
+        CHECK(st.allocs == st.frees && st.allocs >= (uint64_t)FIRST_USE_THREADS * 50 * 64,
+              "%s: %lu allocations, %lu frees", cp->name, (unsigned long)st.allocs, (unsigned long)st.frees);
+        CHECK(cp->id == c && cp->cpu_slot == c, "%s: id %u, per-thread slot %u (class %u)", cp->name, cp->id,
+              cp->cpu_slot, c);
+        for (int i = 0; i < FIRST_USE_CACHES; i++)
+            CHECK(many[i]->id != cp->id, "%s and %s share per-thread slot %u", many[i]->name, cp->name, cp->id);
+    }
+    generic = 0;
+    slabkit_cache_foreach(count_generic, &generic);
+    CHECK(generic == 1, "%d generic caches after using one size", generic);
+    for (int i = 0; i < FIRST_USE_CACHES; i++)
+        kmem_cache_destroy(many[i]);
+}
+
 int main(void)
 {
     printf("design %s, pages %s\n", slabkit_design(), slabkit_page_allocator());
+    test_generic_first_use();
     test_constructed_state();
     test_alignment();
     test_kmem_alloc_sizes();
