@@ -217,6 +217,12 @@ SK_INLINE bool slob_fits_page(size_t bytes, size_t align, size_t align_off)
     return align <= PAGE_SIZE && start + bytes <= PAGE_SIZE;
 }
 
+/* Pages one allocation examines before it takes a new page.  Measured with
+ * memback (16-256 B blocks, callgrind): 20 -> 40 MiB went 306M -> 892M
+ * instructions unbounded, 165M -> 330M with 16; frag 16x64 MiB 17.9 s ->
+ * 3.0 s, peak RSS +7%. */
+#define SLOB_SCAN_MAX 16
+
 /* Linux slob_alloc: search the list for `size`, next-fit across pages,
  * first-fit inside; a new page when none has room. */
 static void *slob_alloc(size_t size, size_t align, size_t align_off, int flags)
@@ -224,9 +230,19 @@ static void *slob_alloc(size_t size, size_t align, size_t align_off, int flags)
     int units = (int)SLOB_UNITS(size);
     unsigned shift = align > 1 ? (unsigned)__builtin_ctzll(align) : 0;
     struct slob_link *head = slob_list_for(size);
+    unsigned scanned = 0;
     lock_acquire(&slob_lock);
     for (struct slob_link *l = head->next; l != head; l = l->next) {
         struct slob_page *sp = container_of(l, struct slob_page, link);
+        /* Bounded next-fit: pages with a few bytes left never leave the
+         * list, so an unbounded walk is O(pages) per allocation and a
+         * program that fills memory with mixed sizes goes quadratic
+         * (500 MiB of 16-256 B blocks: minutes).  After SLOB_SCAN_MAX pages
+         * the next search resumes here and this one takes a new page. */
+        if (++scanned > SLOB_SCAN_MAX) {
+            list_rotate_to(head, sp);
+            break;
+        }
         if (sp->units < units)                /* not enough room at all */
             continue;
         if (units >= sp->fail_units && shift >= sp->fail_shift)

@@ -292,7 +292,9 @@ static size_t buddy_purge(bool all, uint64_t now)
     size_t pages = 0;
     bool dontneed = page_purge_dontneed();
     lock_acquire(&zone.lock);
-    for (unsigned o = PURGE_ORDER; o <= MAX_ORDER; o++) {
+    /* An urgent pass (all) takes free blocks of every order: after a
+     * random-order mass free most free memory is single pages. */
+    for (unsigned o = all ? 0 : PURGE_ORDER; o <= MAX_ORDER; o++) {
         for (struct page_desc *d = zone.head[o]; d; d = d->free.next) {
             if (d->flags & PD_PURGED)
                 continue;
