@@ -357,16 +357,53 @@ static void test_thread_exit_depot(void)
     kmem_cache_destroy(exit_cache);
 }
 
-/* After a mass free, an urgent reap (malloc_trim's) gives the whole depot
- * and every free slab to the page layer: no slab left, and the page layer's
- * free pages rise by at least what the slabs held.  The destructor runs on
- * every buffer of every slab destroyed. */
+/* A mass free is bounded without waiting for a reap: 11 MB of objects freed
+ * in one go leave the depot at most 128 KiB of full magazines and the cache
+ * at most 128 KiB of free slabs (the rest goes to the page layer at once),
+ * and the destructor runs on every buffer of every slab destroyed. */
+static void test_mass_free_bounded(void)
+{
+    atomic_store(&n_ctor, 0);
+    atomic_store(&n_dtor, 0);
+    kmem_cache_t *cp = kmem_cache_create("slab_mass_bound", 256, 0, count_ctor, count_dtor);
+    enum { N = 40000 };
+    void **objs = calloc(N, sizeof *objs);
+    for (int i = 0; i < N; i++) {
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        memset(objs[i], 0x5a, 256);
+    }
+    uint64_t peak_slabs = stats_of("slab_mass_bound").num_slabs;
+    for (int i = 0; i < N; i++)
+        kmem_cache_free(cp, objs[i]);
+    struct slabkit_cache_stats st = stats_of("slab_mass_bound");
+    uint64_t slab_bytes = st.pages_per_slab * 4096;
+    printf("mass free: %lu slabs at the peak, %lu after the free (%lu objects cached)\n", (unsigned long)peak_slabs,
+           (unsigned long)st.num_slabs, (unsigned long)st.cached_objs);
+    CHECK(st.active_objs == 0, "active %lu after freeing everything", (unsigned long)st.active_objs);
+    CHECK(st.num_slabs * slab_bytes <= (512 << 10), "%lu slabs (%lu KiB) kept after freeing %lu KiB",
+          (unsigned long)st.num_slabs, (unsigned long)(st.num_slabs * slab_bytes >> 10),
+          (unsigned long)(peak_slabs * slab_bytes >> 10));
+    CHECK(st.cached_objs * 256 <= (128 << 10) + 6 * st.batchcount * 256, "%lu objects cached",
+          (unsigned long)st.cached_objs);
+    CHECK(atomic_load(&n_dtor) == (long)((peak_slabs - st.num_slabs) * st.objs_per_slab),
+          "dtor ran %ld times for %lu destroyed slabs of %lu", atomic_load(&n_dtor),
+          (unsigned long)(peak_slabs - st.num_slabs), (unsigned long)st.objs_per_slab);
+    kmem_cache_destroy(cp);
+    CHECK(atomic_load(&n_dtor) == atomic_load(&n_ctor), "destroy: dtor %ld of ctor %ld", atomic_load(&n_dtor),
+          atomic_load(&n_ctor));
+    free(objs);
+}
+
+/* After a free within those bounds, an urgent reap (malloc_trim's) gives the
+ * whole depot and every free slab to the page layer: no slab left, and the
+ * page layer's free pages rise by at least what the slabs held.  The
+ * destructor runs on every buffer of every slab destroyed. */
 static void test_urgent_reap_returns(void)
 {
     atomic_store(&n_ctor, 0);
     atomic_store(&n_dtor, 0);
     kmem_cache_t *cp = kmem_cache_create("slab_mass", 256, 0, count_ctor, count_dtor);
-    enum { N = 40000 };            /* ~11 MB of slabs */
+    enum { N = 400 };              /* 100 KiB: the depot keeps it all */
     void **objs = calloc(N, sizeof *objs);
     for (int i = 0; i < N; i++) {
         objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
@@ -410,7 +447,7 @@ static void test_timed_reap(void)
 {
     kmem_cache_t *idle = kmem_cache_create("slab_idle", 128, 0, NULL, NULL);
     kmem_cache_t *busy = kmem_cache_create("slab_busy", 64, 0, NULL, NULL);
-    enum { N = 20000, B = 500 };
+    enum { N = 800, B = 500 };     /* 100 KiB: within the depot's bound */
     void **objs = calloc(N, sizeof *objs);
     for (int i = 0; i < N; i++)
         objs[i] = kmem_cache_alloc(idle, KM_SLEEP);
@@ -480,6 +517,7 @@ int main(void)
     test_busy_depot_grows();
     test_statistics_exact();
     test_thread_exit_depot();
+    test_mass_free_bounded();
     test_urgent_reap_returns();
     test_timed_reap();
     test_interior_report();
