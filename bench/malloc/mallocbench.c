@@ -12,6 +12,11 @@
  *   random              random sizes 16-512, a random victim among 10,000 live
  *   prodcons            2 threads: one mallocs, the other frees (every free remote)
  *   realloc             a buffer grown by 64 B steps to 1 MiB, repeated
+ *   classcycle          1000 blocks of one size then their frees, for every
+ *                       size 16..4096 B by 48 B steps (sh6-like): peak RSS
+ *                       shows whether each class keeps its own peak
+ *   largemix            sizes log-uniform over 16 B..1 MiB, a random victim
+ *                       among 64 live (alloc-test-like: the page layer's path)
  *
  *
  * The "floor" column is floor.c, a null allocator (per-thread LIFOs, no
@@ -156,6 +161,43 @@ static long realloc_growth(void)
     return ops;
 }
 
+static long class_cycle(void)
+{
+    enum { B = 1000 };
+    static void *p[B];
+    long ops = 0;
+    for (long r = 0; r < 4 * scale; r++)
+        for (size_t size = 16; size <= 4096; size += 48) {
+            for (int i = 0; i < B; i++) {
+                p[i] = do_malloc(size);
+                *(char *)p[i] = 1;
+            }
+            for (int i = 0; i < B; i++)
+                do_free(p[i]);
+            ops += 2 * B;
+        }
+    return ops;
+}
+
+static long large_mix(void)
+{
+    enum { LIVE = 64 };
+    static void *p[LIVE];
+    uint64_t s = 3;
+    long n = 300000 * scale;
+    for (long k = 0; k < n; k++) {
+        uint64_t r = rnd(&s);
+        unsigned v = (unsigned)(r % LIVE), shift = 4 + (unsigned)((r >> 8) % 16);   /* 16 B .. 1 MiB */
+        size_t size = ((size_t)1 << shift) + (size_t)((r >> 16) & (((size_t)1 << shift) - 1));
+        do_free(p[v]);
+        p[v] = do_malloc(size);
+        *(char *)p[v] = 1;
+    }
+    for (int i = 0; i < LIVE; i++)
+        do_free(p[i]);
+    return 2 * n;
+}
+
 /* floor: the null allocator runs it (single thread, and no realloc: its least
  * work there would be growing in place, which it does not do). */
 struct pattern { const char *name; long (*fn)(void); bool single, floor; };
@@ -163,6 +205,7 @@ static const struct pattern patterns[] = {
     { "hot16", hot16, true, true }, { "hot64", hot64, true, true }, { "hot256", hot256, true, true },
     { "batch", batch, true, true }, { "random", random_victims, true, true },
     { "prodcons", prodcons, false, false }, { "realloc", realloc_growth, true, false },
+    { "classcycle", class_cycle, true, false }, { "largemix", large_mix, true, false },
 };
 #define NPAT (sizeof patterns / sizeof patterns[0])
 

@@ -464,6 +464,14 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
     size_t take = npages > min_pages ? npages : min_pages;
     if (take > ((size_t)1 << MAX_ORDER))
         return huge_alloc(size, align > PAGE_SIZE ? align : PAGE_SIZE);
+    /* Plain requests go by size class through the cache of freed blocks
+     * (large.c); a larger alignment needs the page layer's placement. */
+    if (align <= PAGE_SIZE && !debug_on) {
+        take = large_pages_round(take);
+        void *cached = large_cache_take(take);
+        if (cached)
+            return cached;
+    }
     void *p = page_alloc_exact(take, flags);
     if (!p)
         return NULL;
@@ -538,6 +546,8 @@ SK_COLD static void kfree_bad(void *p)
     case PAGE_FREE: case PAGE_LAZY:
         sk_report_buffer("free: double free or free of unallocated memory", p, NULL,
                          "the page holding it is free");
+    case PAGE_LARGE_FREE:
+        sk_report_buffer("free: double free", p, NULL, "the large block starting there is already free");
     case PAGE_LARGE: case PAGE_TAIL:
         sk_report_buffer("free: invalid pointer", p, NULL,
                          "it points inside a large block, not at its start (interior pointer)");
@@ -558,6 +568,8 @@ void cache_kfree(void *p)
         if (d->kind == PAGE_LARGE && p == page_address(d)) {
             if (unlikely(debug_on))
                 debug_note_free(p);
+            else if (large_cache_put(d))
+                return;
             d->kind = PAGE_USED;
             page_free_exact(p, d->priv[0]);
             return;
@@ -652,7 +664,10 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size)
         } else if (d && d->kind == PAGE_SLOB) {
             match = ALIGN_UP(size ? size : 1, 2) == have;  /* SLOB kmalloc: its size header, in 2-byte units */
         } else {
-            match = ALIGN_UP(size, PAGE_SIZE) == have;   /* large and huge blocks are whole pages */
+            /* Large blocks are whole pages, rounded to their class (large.c);
+             * huge ones whole pages. */
+            size_t pages = ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT;
+            match = pages * PAGE_SIZE == have || large_pages_round(pages) * PAGE_SIZE == have;
         }
         struct page_desc *h = page_head_of(buf);
         if (debug_on && h && (h->kind == PAGE_SLAB || h->kind == PAGE_SLOB || h->kind == PAGE_GUARDED))
@@ -677,6 +692,7 @@ size_t cache_reap_all(void)
         if (sk_design.reap)
             bytes += sk_design.reap(cp);
     lock_release(&cache_list_lock);
+    bytes += large_cache_flush(__atomic_load_n(&cache_reap_urgent, __ATOMIC_RELAXED) != 0);
     return bytes + page_reap();
 }
 
@@ -712,10 +728,12 @@ void cache_fork_prepare(void)
     if (debug_on)
         debug_fork_prepare();
     internal_fork_prepare();
+    large_fork_prepare();
 }
 
 void cache_fork_parent(void)
 {
+    large_fork_parent();
     internal_fork_parent();
     if (debug_on)
         debug_fork_parent();
@@ -728,6 +746,7 @@ void cache_fork_parent(void)
 
 void cache_fork_child(void)
 {
+    large_fork_child();
     internal_fork_child();
     if (debug_on)
         debug_fork_child();

@@ -140,6 +140,16 @@ extern bool cache_ready;
 #define KMALLOC_MID_SHIFT 5
 #define KMALLOC_MID_STEP  (1u << KMALLOC_MID_SHIFT)
 extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];   /* NULL until first used */
+
+/* large.c: freed large blocks kept for reuse, by size class. */
+size_t large_pages_round(size_t npages);        /* the class's page count (what to allocate) */
+void *large_cache_take(size_t npages);          /* a cached block of exactly npages (a class), or NULL */
+bool large_cache_put(struct page_desc *d);      /* keeps the PAGE_LARGE block at d, or false */
+size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
+size_t large_cache_bytes(void);
+void large_fork_prepare(void);
+void large_fork_parent(void);
+void large_fork_child(void);
 /* Generic class c's cache, created on first use; NULL if it cannot be made
  * (out of memory).  Slow paths only: the fast tables below hold it once made. */
 struct kmem_cache *kmalloc_cache_get(unsigned c);

@@ -58,6 +58,10 @@
  *    reap at once.  While cache_reap_urgent > 0 (malloc_trim, KM_SLEEP retry,
  *    page-layer reclaim hook) the working set is ignored: the whole depot and
  *    every free slab go (destructed), and cache_reap_all then purges pages.
+ *    Between reaps two bounds hold (as Linux SLAB's shared-array limit and
+ *    free_limit): the depot's full magazines (DEPOT_FULL_BYTES) and a cache's
+ *    free slabs (FREE_SLAB_BYTES); beyond them a free goes to the slabs, and
+ *    the slabs to the page layer, at once.
  * 6. Checks (HARDENED, on unless -DSLABKIT_NO_HARDENING).  Free fast path: the
  *    object's offset in its slab is a multiple of bufsize below
  *    nobjs*bufsize (one multiply by the modular inverse and a rotate, Hacker's

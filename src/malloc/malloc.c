@@ -322,7 +322,7 @@ struct mallinfo2 mallinfo2_impl(void)
     struct usage u = { 0, 0, 0 };
     slabkit_cache_foreach(add_cache, &u);
     uint64_t held = ps.pages_held * PAGE_SIZE;
-    uint64_t free_pages = (ps.pages_free + ps.pages_lazy) * PAGE_SIZE;
+    uint64_t free_pages = (ps.pages_free + ps.pages_lazy) * PAGE_SIZE + large_cache_bytes();  /* freed large blocks kept for reuse */
     uint64_t used = held > free_pages + u.free_bytes ? held - free_pages - u.free_bytes : 0;
     mi.arena = held;
     for (unsigned o = 0; o <= MAX_ORDER; o++)

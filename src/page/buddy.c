@@ -161,7 +161,6 @@ static struct page_desc *buddy_alloc(struct sk_thread *t, unsigned order)
     d->kind = PAGE_USED;
     zone.allocs[order]++;
     lock_release(&zone.lock);
-    page_mark_tails(d, order);       /* tails are never inspected by the zone */
     return d;
 }
 

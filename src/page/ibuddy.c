@@ -507,8 +507,6 @@ static struct page_desc *ibuddy_alloc(struct sk_thread *t, unsigned order)
             if (d) {
                 s->allocs[order]++;
                 lock_release(&s->lock);
-                if (order)
-                    page_mark_tails(d, order);
                 return d;
             }
             lock_release(&s->lock);

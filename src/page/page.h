@@ -42,6 +42,7 @@ enum page_kind {
     PAGE_SLOB,         /* SLOB page (shared by all sizes) */
     PAGE_INTERNAL,     /* the library's own bookkeeping (thread structs, magazines...) */
     PAGE_GUARDED,      /* debug: large block ending at a PROT_NONE guard page (debug.c) */
+    PAGE_LARGE_FREE,   /* a freed large block kept for reuse (kmem/large.c) */
 };
 
 struct kmem_cache;
@@ -131,6 +132,11 @@ SK_INLINE struct page_desc *page_head_of(const void *p)
 
 /* Initialise the page layer (idempotent): options, back end selection. */
 void page_init(void);
+
+/* Maybe run a timed purge pass (every 32nd call checks the clock).  The back
+ * ends call it on their paths; so does whatever serves pages without them
+ * (kmem/large.c), or its users' memory would never be returned. */
+void page_purge_tick(void);
 
 /* A naturally aligned block of 2^order pages, or NULL (KM_NOSLEEP, or the OS
  * refused).  With KM_SLEEP the caller handles NULL by reaping and retrying

@@ -78,8 +78,9 @@ struct region_hdr *region_create(unsigned space);
 struct page_backend {
     const char *name;
     void (*init)(void);
-    /* A block of 2^order frames: head PAGE_USED with order, tails PAGE_TAIL
-     * with head; counts allocs[order].  NULL if the OS refused memory. */
+    /* A block of 2^order frames: head PAGE_USED with order (pages.c marks
+     * the tails it hands out); counts allocs[order].  NULL if the OS refused
+     * memory. */
     struct page_desc *(*alloc)(struct sk_thread *t, unsigned order);
     void (*free)(struct page_desc *head, unsigned order);
     /* Contiguous frames [first, first+n), any alignment (alloc_exact's
@@ -112,14 +113,12 @@ extern const struct page_backend buddy_backend, ibuddy_backend;
 extern const struct page_backend *page_be;
 extern uint64_t page_clock_ms;          /* coarse clock, refreshed on slow paths */
 extern uint64_t page_pages_returned;    /* cumulative (atomic adds, slow path) */
-void page_purge_tick(void);             /* maybe run a timed purge pass */
 bool page_purge_dontneed(void);         /* sk_opt.return_mode == RETURN_DONTNEED */
 void page_fold_thread_counters(struct sk_thread *t);  /* at thread exit */
 
-/* Marks the tails of a block allocated at head (the head is done). */
-SK_INLINE void page_mark_tails(struct page_desc *head, unsigned order)
+/* Marks the first n - 1 tails of a block allocated at head (the head is done). */
+SK_INLINE void page_mark_tails(struct page_desc *head, size_t n)
 {
-    size_t n = (size_t)1 << order;
     for (size_t i = 1; i < n; i++) {
         head[i].kind = PAGE_TAIL;
         head[i].order = 0;

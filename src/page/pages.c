@@ -114,12 +114,9 @@ void page_set_tick_hook(void (*hook)(uint64_t now)) { tick_hook = hook; }
 
 /* ---- allocation -------------------------------------------------------- */
 
-SK_NOINLINE static void *page_alloc_slow(unsigned order, int flags)
+/* A block of 2^order frames, head PAGE_USED; the caller marks its tails. */
+static struct page_desc *page_alloc_block(unsigned order, int flags)
 {
-    if (unlikely(order > MAX_ORDER)) {
-        errno = EINVAL;
-        return NULL;
-    }
     page_init();
     struct sk_thread *t = thread_self();
     for (int attempt = 0;; attempt++) {
@@ -130,12 +127,12 @@ SK_NOINLINE static void *page_alloc_slow(unsigned order, int flags)
                 t->pcp_count--;
                 t->pcp_allocs++;
                 d->kind = PAGE_USED;
-                return page_address(d);
+                return d;
             }
         } else {
             struct page_desc *d = page_be->alloc(t, order);
             if (d)
-                return page_address(d);
+                return d;
         }
         if (attempt || (flags & KM_NOSLEEP) || !reclaim_hook)
             break;
@@ -144,6 +141,19 @@ SK_NOINLINE static void *page_alloc_slow(unsigned order, int flags)
     __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
     errno = ENOMEM;
     return NULL;
+}
+
+SK_NOINLINE static void *page_alloc_slow(unsigned order, int flags)
+{
+    if (unlikely(order > MAX_ORDER)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    struct page_desc *d = page_alloc_block(order, flags);
+    if (!d)
+        return NULL;
+    page_mark_tails(d, (size_t)1 << order);
+    return page_address(d);
 }
 
 void *page_alloc(unsigned order, int flags)
@@ -171,13 +181,17 @@ void *page_alloc_exact(size_t npages, int flags)
         return NULL;
     }
     unsigned order = order_for_pages(npages);
-    void *p = page_alloc(order, flags);
-    if (p && npages < ((size_t)1 << order)) {
-        struct page_desc *d = page_desc_of(p);
-        page_clear_tails(d, npages, (size_t)1 << order);
+    if (order == 0)
+        return page_alloc(0, flags);
+    /* Only the tails handed out are marked; the excess goes straight back
+     * (its descriptors still say nothing, as inside a free block). */
+    struct page_desc *d = page_alloc_block(order, flags);
+    if (!d)
+        return NULL;
+    page_mark_tails(d, npages);
+    if (npages < ((size_t)1 << order))
         page_be->free_range(d + npages, ((size_t)1 << order) - npages, -1, -1);
-    }
-    return p;
+    return page_address(d);
 }
 
 /* ---- free ---------------------------------------------------------------- */
@@ -188,7 +202,8 @@ static const char *kind_name(unsigned k)
         "unused (never handed out, metadata, or inside a free block)", "a free block",
         "a free page on a lazy list", "an allocated block", "inside an allocated block",
         "a kmem_pages_alloc block", "a slab", "a large allocation", "a SLOB page",
-        "the library's own bookkeeping",
+        "the library's own bookkeeping", "a large block with a guard page",
+        "a freed large block kept for reuse",
     };
     return k < ARRAY_SIZE(names) ? names[k] : "corrupt (unknown kind)";
 }
