@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Real programs under each allocator: wall time and peak RSS of python3, sqlite3,
-perl, gcc, sort, xz -T2 and redis-server (+ redis-benchmark), each run with
+perl, gcc, sort, xz -T2, redis-server (+ redis-benchmark), git (commits, gc,
+fsck: many forked children) and tclsh, each run with
 LD_PRELOAD set to slabkit (every design and page allocator asked for), jemalloc,
 tcmalloc and mimalloc, and with no preload (glibc); a table with ratios vs glibc.
 
@@ -110,6 +111,9 @@ def programs(work, scale=1.0):
     if not os.path.exists(text):
         gen_text_file(text, 2 * scale)
     rows = int(200000 * scale)
+    tcl = os.path.join(work, "prog.tcl")
+    with open(tcl, "w") as f:
+        f.write(TCL_SCRIPT)
 
     def run(argv, env, stdin=None, timeout=300):
         p = subprocess.run(argv, env=env, input=stdin, capture_output=True, timeout=timeout)
@@ -179,7 +183,47 @@ SELECT count(*), sum(length(name)) FROM t;
             hashlib.sha256(run(["sort", text], dict(env, LC_ALL="C"))).hexdigest().encode(), None)},
         {"name": "xz", "needs": ["xz"], "run": lambda env: xz_roundtrip(run, text, env)},
         {"name": "redis", "needs": ["redis-server", "redis-cli", "redis-benchmark"], "run": redis},
+        {"name": "git", "needs": ["git"], "run": lambda env: git_repo(run, work, env, int(300 * scale))},
+        {"name": "tclsh", "needs": ["tclsh"], "run": lambda env: (run(["tclsh", tcl, str(int(60000 * scale))], env), None)},
     ]
+
+
+TCL_SCRIPT = r"""
+set n [lindex $argv 0]
+set d [dict create]
+for {set i 0} {$i < $n} {incr i} { dict set d k$i [list $i [string repeat x [expr {$i % 50}]]] }
+set s 0
+dict for {k v} $d { incr s [string length [lindex $v 1]] }
+set l {}
+for {set i 0} {$i < $n} {incr i} { lappend l [format %08d [expr {($i * 7919) % $n}]] }
+set l [lsort $l]
+puts "$s [llength $l] [lindex $l 0] [lindex $l end] [string length [join $l ,]]"
+"""
+
+
+def git_repo(run, work, env, files):
+    """Three commits of `files` files in a fresh repository, then log, gc and
+    fsck: the output (hashes included) is fixed by the fixed dates and names."""
+    repo = tempfile.mkdtemp(dir=work)
+    try:
+        e = dict(env, HOME=repo, GIT_CONFIG_NOSYSTEM="1", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org",
+                 GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org",
+                 GIT_AUTHOR_DATE="2026-01-01T00:00:00Z", GIT_COMMITTER_DATE="2026-01-01T00:00:00Z")
+        git = ["git", "-C", repo, "-c", "init.defaultBranch=main"]
+        run(git + ["init", "-q"], e)
+        for c in range(3):
+            for i in range(files):
+                with open(os.path.join(repo, f"f{i}.txt"), "w") as f:
+                    f.write(f"file {i} commit {c}\n" * (1 + (i * 7 + c) % 40))
+            run(git + ["add", "-A"], e)
+            run(git + ["commit", "-q", "-m", f"commit {c}"], e)
+        out = run(git + ["log", "--stat", "--format=%H %s"], e)
+        run(git + ["gc", "-q"], e)
+        out += run(git + ["fsck", "--no-progress", "--strict"], e)
+        out += run(git + ["rev-list", "--all", "--objects"], e)
+        return out, None
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
 
 
 def xz_roundtrip(run, path, env):

@@ -9,8 +9,10 @@
  * calls during start-up see cache_ready == false.
  *
  * Locking: cache_list_lock protects the cache list, cache ids, and the walk
- * over threads' per-cache state (destroy, thread exit, reap). Lock order:
- * cache_list_lock -> thread_list_lock -> design locks -> internal -> pages. */
+ * over threads' per-cache state (destroy, thread exit, reap); kmalloc_lock
+ * serialises making a generic cache. Lock order: kmalloc_lock ->
+ * cache_list_lock -> thread_list_lock -> design locks -> internal -> large
+ * blocks -> pages. */
 #include <errno.h>
 #include <string.h>
 #include <sys/random.h>
@@ -720,6 +722,7 @@ void internal_fork_child(void);
 
 void cache_fork_prepare(void)
 {
+    lock_acquire(&kmalloc_lock);       /* held while a generic cache is made: before the list */
     lock_acquire(&cache_list_lock);
     thread_fork_prepare();
     for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
@@ -742,6 +745,7 @@ void cache_fork_parent(void)
             sk_design.fork_parent(cp);
     thread_fork_parent();
     lock_release(&cache_list_lock);
+    lock_release(&kmalloc_lock);
 }
 
 void cache_fork_child(void)
@@ -754,6 +758,7 @@ void cache_fork_child(void)
         if (sk_design.fork_child)
             sk_design.fork_child(cp);
     lock_reset(&cache_list_lock);
+    lock_reset(&kmalloc_lock);
     thread_fork_child();       /* reclaims dead threads' caches: needs the locks above free */
 }
 

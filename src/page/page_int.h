@@ -115,6 +115,7 @@ extern uint64_t page_clock_ms;          /* coarse clock, refreshed on slow paths
 extern uint64_t page_pages_returned;    /* cumulative (atomic adds, slow path) */
 bool page_purge_dontneed(void);         /* sk_opt.return_mode == RETURN_DONTNEED */
 void page_fold_thread_counters(struct sk_thread *t);  /* at thread exit */
+void page_note_freed(size_t pages);     /* pages back in the back end: maybe purge at once */
 
 /* Marks the first n - 1 tails of a block allocated at head (the head is done). */
 SK_INLINE void page_mark_tails(struct page_desc *head, size_t n)

@@ -38,6 +38,7 @@ void pcp_drain(struct sk_thread *t, unsigned n)
     t->pcp_count -= k;
     d->free.next = NULL;
     page_be->free_batch(first, k);
+    page_note_freed(k);
 }
 
 void page_thread_exit(struct sk_thread *t)

@@ -57,7 +57,7 @@ def clean_env():
 # test_debug_programs.py) -------------------------------------------------
 
 DESIGNS = [d for d in ("slab", "slub", "slob", "slqb") if os.path.exists(os.path.join(ROOT, "src", "kmem", d + ".c"))]
-REAL_PROGRAMS = ["python3", "sqlite3", "perl", "gcc", "sort", "xz", "redis"]
+REAL_PROGRAMS = ["python3", "sqlite3", "perl", "gcc", "sort", "xz", "redis", "git", "tclsh"]
 
 
 def real_program(progs, name):

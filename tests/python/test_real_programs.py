@@ -1,9 +1,10 @@
 """Real programs under LD_PRELOAD=libslabkit.so, for every design and page
 allocator: python3 (allocation-heavy script), sqlite3 (200k rows), perl (hash
 heavy), gcc -O2 (a generated C file), sort (2 MB), xz -T2 (round trip of 2 MB)
-and redis-server answering redis-benchmark on 127.0.0.1 (started and stopped
-here).  Each program's output must equal its output on glibc (redis: the
-values read back).  The command definitions live in bench/real_programs.py,
+redis-server answering redis-benchmark on 127.0.0.1 (started and stopped
+here), git (three commits of 300 files, log, gc, fsck: forked children
+throughout) and tclsh (dicts, lists, lsort).  Each program's output must
+equal its output on glibc (redis: the values read back).  The command definitions live in bench/real_programs.py,
 shared with the timing benchmark.  A program that is not installed is skipped
 with the reason (.ci/run installs them)."""
 
