@@ -37,18 +37,29 @@
 
 static void *(*volatile opaque_malloc)(size_t) = malloc;   /* not folded away with its free */
 
+/* n 256-byte blocks filled with 1s, in an array mapped apart (so it does not
+ * count in the allocator's figures); NULL if anything failed. */
+static void **small_blocks(unsigned n)
+{
+    void **blocks = mmap(NULL, n * sizeof(void *), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (blocks == MAP_FAILED)
+        return NULL;
+    for (unsigned i = 0; i < n; i++) {
+        blocks[i] = malloc(256);
+        if (!blocks[i])
+            return NULL;
+        memset(blocks[i], 1, 256);
+    }
+    return blocks;
+}
+
 /* scatter mode: keep 1 block in 20, at random; trim; check what came back. */
 static int child_scatter(unsigned n)
 {
     size_t base = rss_anon();
-    void **blocks = mmap(NULL, n * sizeof(void *), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (blocks == MAP_FAILED)
-        return 2;
-    for (unsigned i = 0; i < n; i++) {
-        blocks[i] = malloc(256);
-        if (!blocks[i]) return 3;
-        memset(blocks[i], 1, 256);
-    }
+    void **blocks = small_blocks(n);
+    if (!blocks)
+        return 3;
     size_t peak = rss_anon();
     uint64_t s = 42, kept_blocks = 0;
     for (unsigned i = 0; i < n; i++) {
@@ -85,16 +96,10 @@ static int child(const char *mode)
         return child_scatter(small_n / 2);
     size_t expect = (size_t)small_n * 256 + (size_t)MID_N * 65536 + (size_t)HUGE_N * (5 << 20);
     size_t base = rss_anon();
-    void **small = mmap(NULL, small_n * sizeof(void *), PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void **small = small_blocks(small_n);
     void *mid[MID_N], *huge[HUGE_N];
-    if (small == MAP_FAILED)
-        return 2;
-    for (unsigned i = 0; i < small_n; i++) {
-        small[i] = malloc(256);
-        if (!small[i]) return 3;
-        memset(small[i], 1, 256);
-    }
+    if (!small)
+        return 3;
     for (unsigned i = 0; i < MID_N; i++) {
         mid[i] = malloc(64 * 1024);
         if (!mid[i]) return 3;
