@@ -480,6 +480,7 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
     struct page_desc *d = page_desc_of(p);
     d->kind = PAGE_LARGE;
     d->priv[0] = take;
+    large_block_init(d);
     return p;
 }
 

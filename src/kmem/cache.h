@@ -145,6 +145,8 @@ extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];   /* NULL until first
 size_t large_pages_round(size_t npages);        /* the class's page count (what to allocate) */
 void *large_cache_take(size_t npages);          /* a cached block of exactly npages (a class), or NULL */
 bool large_cache_put(struct page_desc *d);      /* keeps the PAGE_LARGE block at d, or false */
+void large_block_init(struct page_desc *d);     /* a new PAGE_LARGE block: cacheable when freed */
+void large_block_resized(struct page_desc *d);  /* realloc resized it in place: never cached */
 size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
 size_t large_cache_bytes(void);
 void large_fork_prepare(void);

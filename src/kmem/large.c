@@ -11,8 +11,12 @@
  * cache_large_alloc asks the page layer for the rounded count, so every block
  * of a class has exactly its class's pages.  Lists run through the head
  * descriptor (priv[1]), never through the block's memory; priv[2] is the
- * time the block came here.  A cached block's head is PAGE_LARGE_FREE, so a
- * second free of it is reported as one.
+ * time the block came here, and while the block is live, LARGE_RESIZED once
+ * realloc has resized it in place: such a block is not kept (a buffer grown
+ * by realloc to a class's size would be cached at every round and never
+ * asked for again: the realloc benchmark kept 8 MiB and lost its in-place
+ * growth).  A cached block's head is PAGE_LARGE_FREE, so a second free of it
+ * is reported as one.
  *
  * Bounds: LARGE_CACHE_BYTES in all.  A block not reused within the return
  * delay (SLABKIT_RETURN_DELAY_MS) goes back to the page layer at the next
@@ -23,13 +27,22 @@
 #include "../core/options.h"
 #include "../os/os.h"
 
+#ifndef LARGE_CACHE_PAGES
 #define LARGE_CACHE_PAGES 256                   /* blocks up to 1 MiB */
+#endif
+#ifndef LARGE_CACHE_BYTES
 #define LARGE_CACHE_BYTES ((size_t)8 << 20)
+#endif
 
 static struct sk_lock large_lock = SK_LOCK_INIT;
 static struct page_desc *large_bins[LARGE_CACHE_PAGES + 1];   /* by class page count */
 static size_t large_cached_pages;
 static uint64_t large_last_scan_ms;
+
+#define LARGE_RESIZED 1
+
+void large_block_init(struct page_desc *d) { d->priv[2] = 0; }
+void large_block_resized(struct page_desc *d) { d->priv[2] = LARGE_RESIZED; }
 
 size_t large_pages_round(size_t npages)
 {
@@ -103,6 +116,7 @@ void *large_cache_take(size_t npages)
         large_bins[npages] = (struct page_desc *)d->priv[1];
         large_cached_pages -= npages;
         d->kind = PAGE_LARGE;
+        large_block_init(d);
     }
     lock_release(&large_lock);
     large_age(os_now_ms());
@@ -113,8 +127,8 @@ void *large_cache_take(size_t npages)
 bool large_cache_put(struct page_desc *d)
 {
     size_t npages = d->priv[0];
-    if (npages > LARGE_CACHE_PAGES || npages != large_pages_round(npages))
-        return false;                  /* resized in place to an odd count: not a class */
+    if (npages > LARGE_CACHE_PAGES || npages != large_pages_round(npages) || d->priv[2] == LARGE_RESIZED)
+        return false;
     uint64_t now = os_now_ms();
     bool kept = false;
     lock_acquire(&large_lock);

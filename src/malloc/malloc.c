@@ -187,6 +187,7 @@ static void *realloc_in_place(void *p, size_t size)
         if (!page_resize_exact(p, d->priv[0], npages))
             return NULL;
         d->priv[0] = npages;           /* malloc_usable_size and free read it */
+        large_block_resized(d);
         return p;
     }
     if (size <= (PAGE_SIZE << MAX_ORDER) || !huge_size(p))

@@ -115,16 +115,22 @@ extern uint64_t page_clock_ms;          /* coarse clock, refreshed on slow paths
 extern uint64_t page_pages_returned;    /* cumulative (atomic adds, slow path) */
 bool page_purge_dontneed(void);         /* sk_opt.return_mode == RETURN_DONTNEED */
 void page_fold_thread_counters(struct sk_thread *t);  /* at thread exit */
-void page_note_freed(size_t pages);     /* pages back in the back end: maybe purge at once */
+void page_note_freed(int64_t pages);    /* back-end free pages gained (< 0: taken); maybe purge at once */
 
-/* Marks the first n - 1 tails of a block allocated at head (the head is done). */
-SK_INLINE void page_mark_tails(struct page_desc *head, size_t n)
+/* Marks pages [from, to) of the block at head as its tails. */
+SK_INLINE void page_mark_tails_range(struct page_desc *head, size_t from, size_t to)
 {
-    for (size_t i = 1; i < n; i++) {
+    for (size_t i = from; i < to; i++) {
         head[i].kind = PAGE_TAIL;
         head[i].order = 0;
         head[i].head = head;
     }
+}
+
+/* Marks the first n - 1 tails of a block allocated at head (the head is done). */
+SK_INLINE void page_mark_tails(struct page_desc *head, size_t n)
+{
+    page_mark_tails_range(head, 1, n);
 }
 
 /* The tails of a block going back stop saying PAGE_TAIL (or an owner's kind

@@ -28,7 +28,7 @@ static struct sk_lock init_lock = SK_LOCK_INIT;
 static struct sk_lock purge_lock = SK_LOCK_INIT;
 static unsigned purge_ticks;
 static uint64_t last_purge_ms;
-static uint64_t freed_since_purge;           /* pages to the back end since the last pass */
+static int64_t freed_since_purge;            /* back ends' free pages gained since the last pass */
 static uint64_t failures;
 static uint64_t exited_allocs0, exited_frees0;   /* folded from exited threads */
 static size_t (*reclaim_hook)(void);
@@ -84,16 +84,18 @@ SK_NOINLINE static void purge_check(void)
 }
 
 /* A program that frees a lot and then stops calling the allocator would keep
- * it all resident (the timed pass runs from allocator calls): once
- * PURGE_NOW_PAGES have gone back to the back end since the last pass, a pass
- * runs at once and ignores the delay (what glibc does for its mmapped
- * chunks, at a much smaller size).  Measured (tests/integration/
- * malloc_return.c, idle mode): 300 MiB freed, then no call: 99% back. */
-#define PURGE_NOW_PAGES ((uint64_t)16384)      /* 64 MiB */
+ * it all resident (the timed pass runs from allocator calls): once the back
+ * ends' free pages have grown by PURGE_NOW_PAGES since the last pass (frees
+ * minus what was taken again: a program that churns blocks of any size never
+ * gets there), a pass runs at once and ignores the delay (what glibc does for
+ * its mmapped chunks, at a much smaller size).  Measured (tests/integration/
+ * malloc_return.c, idle mode): 300 MiB freed, then no call: 80 MiB at most
+ * stay. */
+#define PURGE_NOW_PAGES ((int64_t)16384)       /* 64 MiB */
 
-void page_note_freed(size_t pages)
+void page_note_freed(int64_t pages)
 {
-    uint64_t n = __atomic_add_fetch(&freed_since_purge, pages, __ATOMIC_RELAXED);
+    int64_t n = __atomic_add_fetch(&freed_since_purge, pages, __ATOMIC_RELAXED);
     if (likely(n < PURGE_NOW_PAGES) || sk_opt.return_mode == RETURN_OFF || !lock_try(&purge_lock))
         return;
     uint64_t now = os_now_ms();
@@ -155,8 +157,10 @@ static struct page_desc *page_alloc_block(unsigned order, int flags)
             }
         } else {
             struct page_desc *d = page_be->alloc(t, order);
-            if (d)
+            if (d) {
+                page_note_freed(-((int64_t)1 << order));
                 return d;
+            }
         }
         if (attempt || (flags & KM_NOSLEEP) || !reclaim_hook)
             break;
@@ -213,8 +217,10 @@ void *page_alloc_exact(size_t npages, int flags)
     if (!d)
         return NULL;
     page_mark_tails(d, npages);
-    if (npages < ((size_t)1 << order))
+    if (npages < ((size_t)1 << order)) {
         page_be->free_range(d + npages, ((size_t)1 << order) - npages, -1, -1);
+        page_note_freed((int64_t)((size_t)1 << order) - (int64_t)npages);
+    }
     return page_address(d);
 }
 
@@ -277,7 +283,7 @@ SK_NOINLINE static void page_free_slow(struct page_desc *d, unsigned order)
 {
     page_clear_tails(d, 1, (size_t)1 << order);
     page_be->free(d, order);
-    page_note_freed((size_t)1 << order);
+    page_note_freed((int64_t)1 << order);
 }
 
 /* The validated block d of `order` goes back: order 0 to the lazy list. */
@@ -326,7 +332,7 @@ void page_free_exact(void *addr, size_t npages)
         bad_free("page_free_exact", addr, order, false);
     page_clear_tails(d, 1, npages);
     page_be->free_range(d, npages, (int)order, -1);
-    page_note_freed(npages);
+    page_note_freed((int64_t)npages);
 }
 
 /* Growth claims the frames after the block from the back end (claim_range,
@@ -355,17 +361,15 @@ bool page_resize_exact(void *addr, size_t old_npages, size_t new_npages)
         page_clear_tails(d, new_npages, old_npages);
         d->order = (uint8_t)new_order;
         page_be->free_range(d + new_npages, old_npages - new_npages, from, to);
+        page_note_freed((int64_t)(old_npages - new_npages));
         return true;
     }
     if (desc_index(d) + new_npages > REGION_PAGES)
         return false;                    /* the region ends first */
     if (!page_be->claim_range(d + old_npages, new_npages - old_npages, from, to))
         return false;
-    for (size_t i = old_npages; i < new_npages; i++) {
-        d[i].kind = PAGE_TAIL;
-        d[i].order = 0;
-        d[i].head = d;
-    }
+    page_note_freed(-(int64_t)(new_npages - old_npages));
+    page_mark_tails_range(d, old_npages, new_npages);
     d->order = (uint8_t)new_order;
     return true;
 }

@@ -18,6 +18,7 @@ bool pcp_refill(struct sk_thread *t)
     unsigned got = page_be->alloc_batch(t, PCP_BATCH, &chain);
     if (!got)
         return false;
+    page_note_freed(-(int64_t)got);
     /* The list is empty here (refill only on a miss). */
     __atomic_store_n(&t->pcp_head, chain, __ATOMIC_RELEASE);   /* see free_block */
     t->pcp_count = got;
@@ -38,7 +39,7 @@ void pcp_drain(struct sk_thread *t, unsigned n)
     t->pcp_count -= k;
     d->free.next = NULL;
     page_be->free_batch(first, k);
-    page_note_freed(k);
+    page_note_freed((int64_t)k);
 }
 
 void page_thread_exit(struct sk_thread *t)

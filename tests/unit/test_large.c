@@ -3,7 +3,8 @@
  *
  * test_large.c — the cache of freed large blocks (src/kmem/large.c): class
  * rounding (at least the pages asked for, at most 12.5% more, monotone), a
- * freed block reused by the next request of its class, the 8 MiB bound, the
+ * freed block reused by the next request of its class, a block resized by
+ * realloc never kept, the 8 MiB bound, the
  * timed return (SLABKIT_RETURN_DELAY_MS=100 here) and the urgent flush, a
  * double free of a cached block reported as one, and four threads allocating
  * and freeing each other's blocks with contents checked. */
@@ -39,6 +40,18 @@ static void test_reuse(void)
     CHECK(q == p, "the next request of the class got %p, not the freed %p", (void *)q, (void *)p);
     memset(q, 0x22, 34 * PAGE + 100);
     kmem_free(q, 34 * PAGE + 100);
+}
+
+/* A block realloc resized in place is never kept: its frees would fill the
+ * cache with blocks no request asks for (a buffer grown to a class size at
+ * every round). */
+static void test_resized_not_kept(void)
+{
+    cache_reap_all_urgent();
+    char *p = kmem_alloc(64 * PAGE, KM_SLEEP);
+    large_block_resized(page_desc_of(p));
+    kmem_free(p, 64 * PAGE);
+    CHECK(large_cache_bytes() == 0, "a resized block was kept (%zu bytes cached)", large_cache_bytes());
 }
 
 static void test_bound_and_flush(void)
@@ -140,6 +153,7 @@ int main(void)
     setenv("SLABKIT_RETURN_DELAY_MS", "100", 1);   /* read at start-up, below */
     test_rounding();
     test_reuse();
+    test_resized_not_kept();
     test_bound_and_flush();
     test_timed_return();
     test_double_free();
