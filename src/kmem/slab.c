@@ -126,6 +126,8 @@ struct maglist {
     long min;                      /* fewest seen in the current half-interval */
     long prev_min;                 /* fewest seen in the half before it */
     long reaplimit;                /* fewest over the last whole interval: idle, may be reaped */
+    size_t round_bytes;            /* full list: the buffer size (byte counts); empty list: 0 */
+    uint64_t bytes;                /* rounds on the list x round_bytes */
 };
 
 struct depot {
@@ -206,6 +208,10 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
  * depot visits, which cost little once a magazine amortises them over a
  * few dozen operations. */
 #define MAG_MAX_BYTES 8192
+/* ...but a magazine may always grow to this many rounds: 4 KiB buffers
+ * start at 3 and a batch of them visited the depot every 3 operations
+ * (kmembench batch-4096 8 -> 17 ns/op). */
+#define MAG_MIN_GROWN_ROUNDS 15
 /* Solaris kmem_depot_contention: more lock_try failures than this in one
  * interval grow the magazines. */
 #define DEPOT_CONTENTION 3
@@ -231,14 +237,17 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
  * batches of 1000 blocks per size: 30 MB against glibc's 8 MB).  Linux SLAB
  * bounds the same things: the shared array_cache's limit, and free_block()
  * destroys slabs once the node holds more than free_limit free objects
- * (mm/slab.c).  Full magazines in the depot beyond DEPOT_FULL_BYTES (but at
- * least DEPOT_FULL_MIN of them) are drained into their slabs at the free
- * that would push one more; free slabs beyond FREE_SLAB_BYTES (but at least
- * FREE_SLAB_MIN slabs) go back to the page layer at the free that empties
- * one.  Measured (2 threads, batches of 1000, 35 classes): sh6 peak RSS
- * 30 -> 17-19 MB, sh8 49 -> 30 MB; instructions: alloctest +0%, xmalloc +6%,
- * sh6 +62% (slabs re-created; still half of glibc's). */
-#define DEPOT_FULL_BYTES ((size_t)128 << 10)
+ * (mm/slab.c).  Once the depots of all caches together hold
+ * DEPOT_FULL_BUDGET of full magazines, a cache's full magazines beyond
+ * DEPOT_FULL_BYTES (but at least DEPOT_FULL_MIN of them) are drained into
+ * their slabs at the free that would push one more (a single cache cycling
+ * a few MiB in batches keeps its magazines: a per-cache bound alone made
+ * batches of 1000 4 KiB objects 4x slower); free slabs beyond
+ * FREE_SLAB_BYTES (but at least FREE_SLAB_MIN slabs) go back to the page
+ * layer at the free that empties one.  Measured (mallocbench classcycle,
+ * 1000 blocks of each size 16..4096 B): peak RSS 51 -> 19 MB. */
+#define DEPOT_FULL_BUDGET ((uint64_t)8 << 20)
+#define DEPOT_FULL_BYTES ((uint64_t)128 << 10)
 #define DEPOT_FULL_MIN 4
 #define FREE_SLAB_BYTES ((size_t)128 << 10)
 #define FREE_SLAB_MIN 2
@@ -625,11 +634,15 @@ static void slab_free_batch(struct kmem_cache *cp, struct slab_cache *sc, void *
         slabs_release(cp, sc, free_slab_limit(sc));
 }
 
+/* Bytes of full magazines in all caches' depots (maglist_push/pop). */
+static uint64_t depot_full_all;
+
 /* True when the depot holds enough full magazines (depot lock held). */
 SK_INLINE bool depot_full_enough(const struct slab_cache *sc)
 {
-    long n = sc->depot.full.total;
-    return n >= DEPOT_FULL_MIN && (size_t)n * mag_types[sc->depot.magtype].rounds * sc->bufsize >= DEPOT_FULL_BYTES;
+    const struct maglist *l = &sc->depot.full;
+    return l->total >= DEPOT_FULL_MIN && l->bytes >= DEPOT_FULL_BYTES &&
+           __atomic_load_n(&depot_full_all, __ATOMIC_RELAXED) >= DEPOT_FULL_BUDGET;
 }
 
 /* --- Depot ----------------------------------------------------------------- */
@@ -681,7 +694,8 @@ static void depot_grow(struct slab_cache *sc)
 {
     struct depot *d = &sc->depot;
     if (d->magtype + 1 < ARRAY_SIZE(mag_types) && sc->bufsize < mag_types[d->magtype].maxbuf &&
-        mag_types[d->magtype + 1].rounds * sc->bufsize <= MAG_MAX_BYTES)
+        (mag_types[d->magtype + 1].rounds <= MAG_MIN_GROWN_ROUNDS ||
+         mag_types[d->magtype + 1].rounds * sc->bufsize <= MAG_MAX_BYTES))
         d->magtype++;
 }
 
@@ -707,6 +721,16 @@ static void depot_lock(struct kmem_cache *cp, struct slab_cache *sc)
 
 SK_INLINE void depot_unlock(struct slab_cache *sc) { lock_release(&sc->depot.lock); }
 
+/* A full list's byte counts, this cache's and all caches' (depot lock held). */
+SK_INLINE void maglist_count(struct maglist *l, const struct magazine *m, int sign)
+{
+    if (!l->round_bytes)
+        return;
+    uint64_t b = (uint64_t)m->rounds * l->round_bytes;
+    l->bytes += sign > 0 ? b : -b;
+    __atomic_add_fetch(&depot_full_all, sign > 0 ? b : -b, __ATOMIC_RELAXED);
+}
+
 static struct magazine *maglist_pop(struct maglist *l)
 {
     struct magazine *m = l->head;
@@ -714,6 +738,7 @@ static struct magazine *maglist_pop(struct maglist *l)
         l->head = m->next;
         if (--l->total < l->min)
             l->min = l->total;
+        maglist_count(l, m, -1);
     }
     return m;
 }
@@ -723,6 +748,7 @@ static void maglist_push(struct maglist *l, struct magazine *m)
     m->next = l->head;
     l->head = m;
     l->total++;
+    maglist_count(l, m, +1);
 }
 
 /* --- Per-thread state -------------------------------------------------------- */
@@ -1090,6 +1116,7 @@ static int slab_cache_init(struct kmem_cache *cp)
     while (t + 1 < ARRAY_SIZE(mag_types) && bufsize <= mag_types[t].minbuf)
         t++;
     d->magtype = t;
+    d->full.round_bytes = bufsize;
     d->interval_start = os_now_ms();
     return 0;
 }

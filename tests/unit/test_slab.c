@@ -357,38 +357,52 @@ static void test_thread_exit_depot(void)
     kmem_cache_destroy(exit_cache);
 }
 
-/* A mass free is bounded without waiting for a reap: 11 MB of objects freed
- * in one go leave the depot at most 128 KiB of full magazines and the cache
- * at most 128 KiB of free slabs (the rest goes to the page layer at once),
- * and the destructor runs on every buffer of every slab destroyed. */
+/* A mass free is bounded without waiting for a reap: the depots of all
+ * caches keep at most 8 MiB of full magazines between them (beyond it, a
+ * cache keeps 128 KiB and its further full magazines drain into their
+ * slabs), a cache at most 128 KiB of free slabs (the rest goes to the page
+ * layer at once); the destructor runs on every buffer of every slab
+ * destroyed.  A second cache freeing 2 MiB once the budget is spent keeps
+ * only its own 128 KiB. */
+static uint64_t mass_free(const char *name, kmem_cache_t *cp, int n, void **objs, uint64_t *peak_slabs)
+{
+    for (int i = 0; i < n; i++) {
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        memset(objs[i], 0x5a, 256);
+    }
+    *peak_slabs = stats_of(name).num_slabs;
+    for (int i = 0; i < n; i++)
+        kmem_cache_free(cp, objs[i]);
+    struct slabkit_cache_stats st = stats_of(name);
+    CHECK(st.active_objs == 0, "%s: active %lu after freeing everything", name, (unsigned long)st.active_objs);
+    printf("mass free %s: %lu slabs at the peak, %lu after the free (%lu objects cached)\n", name,
+           (unsigned long)*peak_slabs, (unsigned long)st.num_slabs, (unsigned long)st.cached_objs);
+    return st.num_slabs * st.pages_per_slab * 4096;
+}
+
 static void test_mass_free_bounded(void)
 {
     atomic_store(&n_ctor, 0);
     atomic_store(&n_dtor, 0);
-    kmem_cache_t *cp = kmem_cache_create("slab_mass_bound", 256, 0, count_ctor, count_dtor);
-    enum { N = 40000 };
-    void **objs = calloc(N, sizeof *objs);
-    for (int i = 0; i < N; i++) {
-        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
-        memset(objs[i], 0x5a, 256);
-    }
-    uint64_t peak_slabs = stats_of("slab_mass_bound").num_slabs;
-    for (int i = 0; i < N; i++)
-        kmem_cache_free(cp, objs[i]);
-    struct slabkit_cache_stats st = stats_of("slab_mass_bound");
-    uint64_t slab_bytes = st.pages_per_slab * 4096;
-    printf("mass free: %lu slabs at the peak, %lu after the free (%lu objects cached)\n", (unsigned long)peak_slabs,
-           (unsigned long)st.num_slabs, (unsigned long)st.cached_objs);
-    CHECK(st.active_objs == 0, "active %lu after freeing everything", (unsigned long)st.active_objs);
-    CHECK(st.num_slabs * slab_bytes <= (512 << 10), "%lu slabs (%lu KiB) kept after freeing %lu KiB",
-          (unsigned long)st.num_slabs, (unsigned long)(st.num_slabs * slab_bytes >> 10),
-          (unsigned long)(peak_slabs * slab_bytes >> 10));
-    CHECK(st.cached_objs * 256 <= (128 << 10) + 6 * st.batchcount * 256, "%lu objects cached",
-          (unsigned long)st.cached_objs);
-    CHECK(atomic_load(&n_dtor) == (long)((peak_slabs - st.num_slabs) * st.objs_per_slab),
+    kmem_cache_t *a = kmem_cache_create("slab_mass_a", 256, 0, count_ctor, count_dtor);
+    kmem_cache_t *b = kmem_cache_create("slab_mass_b", 256, 0, NULL, NULL);
+    enum { NA = 80000, NB = 8000 };            /* 20 MiB, then 2 MiB */
+    void **objs = calloc(NA, sizeof *objs);
+    uint64_t peak_a, peak_b;
+    uint64_t kept_a = mass_free("slab_mass_a", a, NA, objs, &peak_a);
+    CHECK(kept_a <= (8u << 20) + (512u << 10), "slab_mass_a keeps %lu KiB of slabs after freeing %lu KiB",
+          (unsigned long)(kept_a >> 10), (unsigned long)(peak_a * 4096 >> 10));
+    struct slabkit_cache_stats st = stats_of("slab_mass_a");
+    CHECK(atomic_load(&n_dtor) == (long)((peak_a - st.num_slabs) * st.objs_per_slab),
           "dtor ran %ld times for %lu destroyed slabs of %lu", atomic_load(&n_dtor),
-          (unsigned long)(peak_slabs - st.num_slabs), (unsigned long)st.objs_per_slab);
-    kmem_cache_destroy(cp);
+          (unsigned long)(peak_a - st.num_slabs), (unsigned long)st.objs_per_slab);
+    uint64_t kept_b = mass_free("slab_mass_b", b, NB, objs, &peak_b);
+    st = stats_of("slab_mass_b");
+    CHECK(st.cached_objs * 256 <= (128u << 10) + 8 * st.batchcount * 256,
+          "slab_mass_b caches %lu objects with the depot budget spent", (unsigned long)st.cached_objs);
+    CHECK(kept_b <= (512u << 10), "slab_mass_b keeps %lu KiB of slabs", (unsigned long)(kept_b >> 10));
+    kmem_cache_destroy(a);
+    kmem_cache_destroy(b);
     CHECK(atomic_load(&n_dtor) == atomic_load(&n_ctor), "destroy: dtor %ld of ctor %ld", atomic_load(&n_dtor),
           atomic_load(&n_ctor));
     free(objs);
