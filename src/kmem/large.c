@@ -18,7 +18,8 @@
  * growth).  A cached block's head is PAGE_LARGE_FREE, so a second free of it
  * is reported as one.
  *
- * Bounds: LARGE_CACHE_BYTES in all.  A block not reused within the return
+ * Bounds: LARGE_CACHE_BYTES in all, and a miss takes a larger cached block
+ * (shrunk in place) before the page layer.  A block not reused within the return
  * delay (SLABKIT_RETURN_DELAY_MS) goes back to the page layer at the next
  * large-block operation after that, or at kmem_reap; urgent reaps
  * (malloc_trim, reclaim under pressure) flush everything.  Locking: one lock
@@ -36,6 +37,7 @@
 
 static struct sk_lock large_lock = SK_LOCK_INIT;
 static struct page_desc *large_bins[LARGE_CACHE_PAGES + 1];   /* by class page count */
+static uint64_t large_full_bins[LARGE_CACHE_PAGES / 64 + 1];   /* bit n: large_bins[n] not empty */
 static size_t large_cached_pages;
 static uint64_t large_last_scan_ms;
 
@@ -52,6 +54,40 @@ size_t large_pages_round(size_t npages)
     return ALIGN_UP(npages, step);
 }
 
+/* The bins' lists and their bitmap (lock held). */
+static void bin_push(size_t n, struct page_desc *d)
+{
+    d->priv[1] = (uintptr_t)large_bins[n];
+    large_bins[n] = d;
+    large_full_bins[n / 64] |= 1ull << (n % 64);
+    large_cached_pages += n;
+}
+
+static struct page_desc *bin_pop(size_t n)
+{
+    struct page_desc *d = large_bins[n];
+    if (d) {
+        large_bins[n] = (struct page_desc *)d->priv[1];
+        if (!large_bins[n])
+            large_full_bins[n / 64] &= ~(1ull << (n % 64));
+        large_cached_pages -= n;
+    }
+    return d;
+}
+
+/* The smallest non-empty bin above n, or 0. */
+static size_t bin_above(size_t n)
+{
+    for (size_t w = (n + 1) / 64; w < ARRAY_SIZE(large_full_bins); w++) {
+        uint64_t bits = large_full_bins[w];
+        if (w == (n + 1) / 64)
+            bits &= ~0ull << ((n + 1) % 64);
+        if (bits)
+            return w * 64 + (size_t)__builtin_ctzll(bits);
+    }
+    return 0;
+}
+
 size_t large_cache_bytes(void)
 {
     return __atomic_load_n(&large_cached_pages, __ATOMIC_RELAXED) * PAGE_SIZE;
@@ -63,17 +99,19 @@ static struct page_desc *large_detach_old(uint64_t before)
 {
     struct page_desc *out = NULL;
     for (size_t n = 1; n <= LARGE_CACHE_PAGES; n++) {
-        struct page_desc **link = &large_bins[n];
-        while (*link) {
-            struct page_desc *d = *link;
+        struct page_desc *keep = NULL, *d;
+        while ((d = bin_pop(n))) {
             if (d->priv[2] <= before) {
-                *link = (struct page_desc *)d->priv[1];
-                large_cached_pages -= d->priv[0];
                 d->priv[1] = (uintptr_t)out;
                 out = d;
             } else {
-                link = (struct page_desc **)&d->priv[1];
+                d->priv[1] = (uintptr_t)keep;
+                keep = d;
             }
+        }
+        while ((d = keep)) {
+            keep = (struct page_desc *)d->priv[1];
+            bin_push(n, d);
         }
     }
     return out;
@@ -106,19 +144,29 @@ static void large_age(uint64_t now)
     large_release(old);
 }
 
+/* A cached block of exactly npages (a class): from its bin, or else the
+ * smallest cached block of a larger class, shrunk in place (its tail goes
+ * back to the page layer): a miss must not grow the footprint while the
+ * cache holds memory that could serve it (sort's peak RSS was +0.9 MiB of
+ * blocks kept for classes it never asked for again). */
 void *large_cache_take(size_t npages)
 {
     if (npages > LARGE_CACHE_PAGES || !__atomic_load_n(&large_cached_pages, __ATOMIC_RELAXED))
         return NULL;
     lock_acquire(&large_lock);
-    struct page_desc *d = large_bins[npages];
+    size_t from = npages;
+    struct page_desc *d = bin_pop(npages);
+    if (!d && (from = bin_above(npages)) != 0)
+        d = bin_pop(from);
+    lock_release(&large_lock);
     if (d) {
-        large_bins[npages] = (struct page_desc *)d->priv[1];
-        large_cached_pages -= npages;
         d->kind = PAGE_LARGE;
         large_block_init(d);
+        if (from != npages) {
+            page_resize_exact(page_address(d), from, npages);   /* a shrink always succeeds */
+            d->priv[0] = npages;
+        }
     }
-    lock_release(&large_lock);
     large_age(os_now_ms());
     page_purge_tick();
     return d ? page_address(d) : NULL;
@@ -134,10 +182,8 @@ bool large_cache_put(struct page_desc *d)
     lock_acquire(&large_lock);
     if ((large_cached_pages + npages) * PAGE_SIZE <= LARGE_CACHE_BYTES) {
         d->kind = PAGE_LARGE_FREE;
-        d->priv[1] = (uintptr_t)large_bins[npages];
         d->priv[2] = now;
-        large_bins[npages] = d;
-        large_cached_pages += npages;
+        bin_push(npages, d);
         kept = true;
     }
     lock_release(&large_lock);

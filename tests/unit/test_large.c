@@ -3,7 +3,8 @@
  *
  * test_large.c — the cache of freed large blocks (src/kmem/large.c): class
  * rounding (at least the pages asked for, at most 12.5% more, monotone), a
- * freed block reused by the next request of its class, a block resized by
+ * freed block reused by the next request of its class (or, shrunk, by a
+ * smaller one), a block resized by
  * realloc never kept, the 8 MiB bound, the
  * timed return (SLABKIT_RETURN_DELAY_MS=100 here) and the urgent flush, a
  * double free of a cached block reported as one, and four threads allocating
@@ -40,6 +41,21 @@ static void test_reuse(void)
     CHECK(q == p, "the next request of the class got %p, not the freed %p", (void *)q, (void *)p);
     memset(q, 0x22, 34 * PAGE + 100);
     kmem_free(q, 34 * PAGE + 100);
+}
+
+/* A miss takes a larger cached block, shrunk in place, before it asks the
+ * page layer: the cache never makes the footprint grow. */
+static void test_miss_shrinks_larger(void)
+{
+    cache_reap_all_urgent();
+    char *p = kmem_alloc(64 * PAGE, KM_SLEEP);
+    kmem_free(p, 64 * PAGE);
+    char *q = kmem_alloc(33 * PAGE, KM_SLEEP);
+    CHECK(q == p, "a 33-page request got %p, not the cached 64-page block %p", (void *)q, (void *)p);
+    CHECK(cache_ksize(q) == large_pages_round(33) * PAGE, "usable %zu after the shrink", cache_ksize(q));
+    CHECK(large_cache_bytes() == 0, "%zu bytes still cached", large_cache_bytes());
+    memset(q, 0x33, 33 * PAGE);
+    kmem_free(q, 33 * PAGE);
 }
 
 /* A block realloc resized in place is never kept: its frees would fill the
@@ -154,6 +170,7 @@ int main(void)
     test_rounding();
     test_reuse();
     test_resized_not_kept();
+    test_miss_shrinks_larger();
     test_bound_and_flush();
     test_timed_return();
     test_double_free();
