@@ -1,4 +1,4 @@
-/* test-matrix: pages
+/* test-matrix: designs pages
  * test-timeout: 120
  *
  * test_large.c — the cache of freed large blocks (src/kmem/large.c): class
