@@ -19,15 +19,16 @@
  * is reported as one.
  *
  * Bounds: LARGE_CACHE_BYTES in all, and a miss takes a larger cached block
- * (shrunk in place) before the page layer.  A block not reused within the return
- * delay (SLABKIT_RETURN_DELAY_MS) goes back to the page layer at the next
- * large-block operation after that, or at kmem_reap; urgent reaps
+ * (shrunk in place) before the page layer.  A block not reused within the
+ * return delay (SLABKIT_RETURN_DELAY_MS) goes back to the page layer at the
+ * next large-block operation after that, or at kmem_reap; urgent reaps
  * (malloc_trim, reclaim under pressure) flush everything.  Locking: one lock
  * (large_lock) around the lists; the page layer is called outside it. */
 #include "cache.h"
 #include "../core/options.h"
 #include "../os/os.h"
 
+/* Both can be set with -D for experiments (docs/benchmarks-malloc.md). */
 #ifndef LARGE_CACHE_PAGES
 #define LARGE_CACHE_PAGES 256                   /* blocks up to 1 MiB */
 #endif
