@@ -64,6 +64,19 @@ void page_init(void)
 
 bool page_purge_dontneed(void) { return sk_opt.return_mode == RETURN_DONTNEED; }
 
+/* One purge pass (all: ignore the delay, single frames too), purge_lock
+ * held; returns the pages given back. */
+static size_t purge_pass(bool all, uint64_t now)
+{
+    __atomic_store_n(&page_clock_ms, now, __ATOMIC_RELAXED);
+    last_purge_ms = now;
+    __atomic_store_n(&freed_since_purge, 0, __ATOMIC_RELAXED);
+    size_t pages = page_be->purge(all, now);
+    if (pages)
+        __atomic_fetch_add(&page_pages_returned, pages, __ATOMIC_RELAXED);
+    return pages;
+}
+
 SK_NOINLINE static void purge_check(void)
 {
     uint64_t now = os_now_ms();
@@ -75,12 +88,8 @@ SK_NOINLINE static void purge_check(void)
         return;
     if (!lock_try(&purge_lock))
         return;                          /* someone else is purging */
-    last_purge_ms = now;
-    __atomic_store_n(&freed_since_purge, 0, __ATOMIC_RELAXED);
-    size_t pages = page_be->purge(false, now);
+    purge_pass(false, now);
     lock_release(&purge_lock);
-    if (pages)
-        __atomic_fetch_add(&page_pages_returned, pages, __ATOMIC_RELAXED);
 }
 
 /* A program that frees a lot and then stops calling the allocator would keep
@@ -98,13 +107,8 @@ void page_note_freed(int64_t pages)
     int64_t n = __atomic_add_fetch(&freed_since_purge, pages, __ATOMIC_RELAXED);
     if (likely(n < PURGE_NOW_PAGES) || sk_opt.return_mode == RETURN_OFF || !lock_try(&purge_lock))
         return;
-    uint64_t now = os_now_ms();
-    __atomic_store_n(&freed_since_purge, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&page_clock_ms, now, __ATOMIC_RELAXED);
-    last_purge_ms = now;
-    size_t purged = page_be->purge(true, now);
+    purge_pass(true, os_now_ms());
     lock_release(&purge_lock);
-    __atomic_fetch_add(&page_pages_returned, purged, __ATOMIC_RELAXED);
 }
 
 /* Called on free slow paths (a batch drained, a block freed): every 32nd
@@ -125,13 +129,9 @@ size_t page_reap(void)
         pcp_drain(t, t->pcp_count);      /* our own lazy list: no lock needed */
     if (sk_opt.return_mode == RETURN_OFF)
         return 0;
-    uint64_t now = os_now_ms();
     lock_acquire(&purge_lock);
-    __atomic_store_n(&page_clock_ms, now, __ATOMIC_RELAXED);
-    last_purge_ms = now;
-    size_t pages = page_be->purge(true, now);
+    size_t pages = purge_pass(true, os_now_ms());
     lock_release(&purge_lock);
-    __atomic_fetch_add(&page_pages_returned, pages, __ATOMIC_RELAXED);
     return pages << PAGE_SHIFT;
 }
 
