@@ -59,9 +59,10 @@
  *    page-layer reclaim hook) the working set is ignored: the whole depot and
  *    every free slab go (destructed), and cache_reap_all then purges pages.
  *    Between reaps two bounds hold (as Linux SLAB's shared-array limit and
- *    free_limit): the depot's full magazines (DEPOT_FULL_BYTES) and a cache's
- *    free slabs (FREE_SLAB_BYTES); beyond them a free goes to the slabs, and
- *    the slabs to the page layer, at once.
+ *    free_limit): the full magazines of all depots together
+ *    (DEPOT_FULL_BUDGET, past which a cache keeps DEPOT_FULL_BYTES) and a
+ *    cache's free slabs (FREE_SLAB_BYTES); beyond them a free goes to the
+ *    slabs, and the slabs to the page layer, at once.
  * 6. Checks (HARDENED, on unless -DSLABKIT_NO_HARDENING).  Free fast path: the
  *    object's offset in its slab is a multiple of bufsize below
  *    nobjs*bufsize (one multiply by the modular inverse and a rotate, Hacker's
@@ -245,7 +246,7 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
  * batches of 1000 4 KiB objects 4x slower); free slabs beyond
  * FREE_SLAB_BYTES (but at least FREE_SLAB_MIN slabs) go back to the page
  * layer at the free that empties one.  Measured (mallocbench classcycle,
- * 1000 blocks of each size 16..4096 B): peak RSS 51 -> 19 MB. */
+ * 1000 blocks of each size 16..4096 B): peak RSS 51 -> 23 MB. */
 #define DEPOT_FULL_BUDGET ((uint64_t)8 << 20)
 #define DEPOT_FULL_BYTES ((uint64_t)128 << 10)
 #define DEPOT_FULL_MIN 4
@@ -626,12 +627,13 @@ static void slab_free_batch(struct kmem_cache *cp, struct slab_cache *sc, void *
     for (uint32_t i = 0; i < n; i++)
         slab_put(cp, sc, bufs[i]);
     bool rescale = hash_wants_rescale(sc);
-    bool excess = sc->nfree_slabs > free_slab_limit(sc);
+    uint64_t keep = free_slab_limit(sc);
+    bool excess = sc->nfree_slabs > keep;
     lock_release(&sc->lock);
     if (unlikely(rescale))
         hash_rescale(cp, sc);
     if (unlikely(excess))
-        slabs_release(cp, sc, free_slab_limit(sc));
+        slabs_release(cp, sc, keep);
 }
 
 /* Bytes of full magazines in all caches' depots (maglist_push/pop). */
