@@ -141,8 +141,6 @@ static struct sk_lock kmalloc_lock = SK_LOCK_INIT;
  * overridden (SLOB, the debug layer): then the tables stay NULL. */
 static void kmalloc_publish(unsigned c, struct kmem_cache *cp)
 {
-    cp->kfree_min = c ? kmalloc_sizes[c - 1] + 1 : 0;
-    cp->kfree_span = kmalloc_sizes[c] + 1 - cp->kfree_min;
     __atomic_store_n(&kmalloc_caches[c], cp, __ATOMIC_RELEASE);
     if (sk_design.kmalloc)
         return;
@@ -630,20 +628,19 @@ SK_API void *kmem_zalloc(size_t size, int flags)
 
 SK_NOINLINE static void kmem_free_slow(void *buf, size_t size);
 
-/* Fast path: a generic-cache buffer given back with a size of its class: one
- * descriptor lookup, the kind, the class's size range (a subtract and a
- * compare; the range is empty for every other cache, and under SLOB and the
- * debug layer, which checks exact sizes), a tail call.  NULL and everything
- * else take the checks of the slow path. */
+/* Fast path: Bonwick's interface passes the size back, so the cache comes
+ * from the size's class (one table load, as in kmem_alloc) rather than from
+ * the buffer: the per-thread state is found without waiting on the
+ * descriptor, whose check (the buffer's cache is the class's, on a slab page)
+ * runs beside it.  A NULL entry (not made yet, SLOB, the debug layer), NULL
+ * and everything else take the checks of the slow path. */
 SK_API SK_FASTPATH void kmem_free(void *buf, size_t size)
 {
+    struct kmem_cache *cp = kmalloc_cache_fast(size);
     struct page_desc *d;
-    if (likely(page_desc_lookup(buf, &d)) && likely(d->kind == PAGE_SLAB)) {
-        struct kmem_cache *cp = d->cache;
-        if (likely(size - cp->kfree_min < cp->kfree_span)) {
-            sk_design.free_desc(cp, buf, d);
-            return;
-        }
+    if (likely(page_desc_lookup(buf, &d)) && likely(d->cache == cp && d->kind == PAGE_SLAB)) {
+        sk_design.free_desc(cp, buf, d);
+        return;
     }
     kmem_free_slow(buf, size);
 }

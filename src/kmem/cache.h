@@ -45,11 +45,6 @@ struct kmem_cache {
     unsigned cpu_slot;         /* sk_thread.cpu[] index on the fast paths: id, or
                                   THREAD_CPU_OVERFLOW (always CPU_EMPTY) beyond the inline slots */
     unsigned flags;
-    /* kmem_free's fast test: a generic cache takes sizes in [kfree_min,
-     * kfree_min + kfree_span) (its class); span 0 -- every other cache, and
-     * all of them under SLOB or the debug layer -- sends kmem_free to the
-     * slow path's checks. */
-    uint32_t kfree_min, kfree_span;
     size_t size;               /* bytes the design lays out per object (>= object_size:
                                   the debug layer may add a redzone and audit word) */
     size_t align;              /* object alignment (power of two, >= 8) */
