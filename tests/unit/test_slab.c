@@ -182,6 +182,52 @@ static void test_hash_rescale(void)
     kmem_cache_destroy(cp);
 }
 
+/* Large buffers keep their slab header on the slab when the slab's tail room
+ * holds it (no bufctls, no hash): 1056-byte buffers fill four pages with 15
+ * and 544 bytes spare; 2048-byte ones fill a page exactly and keep the
+ * large-object layout.  Either way, every byte of a buffer is the caller's
+ * (the free-list link of the on-slab layout lives in a free buffer only), and
+ * a constructed cache's objects keep their state across free/alloc. */
+static void layout_check(const char *name, size_t size, void (*ctor)(void *, size_t), bool want_hash)
+{
+    kmem_cache_t *cp = kmem_cache_create(name, size, 0, ctor, ctor ? count_dtor : NULL);
+    REQUIRE(cp);
+    enum { N = 300 };
+    unsigned char *objs[N];
+    for (int i = 0; i < N; i++) {
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        if (!ctor)
+            memset(objs[i], i & 0xff, size);
+    }
+    size_t buckets = slab_hash_info(cp, NULL);
+    CHECK((buckets != 0) == want_hash, "%s: %zu hash buckets (want %s layout)", name, buckets,
+          want_hash ? "the large-object" : "the on-slab");
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        for (size_t b = 0; b < size; b++)
+            bad += objs[i][b] != (ctor ? 0x3c : (i & 0xff));
+        kmem_cache_free(cp, objs[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        for (size_t b = 0; ctor && b < size; b++)
+            bad += objs[i][b] != 0x3c;
+    }
+    CHECK(bad == 0, "%s: %d bytes changed under the allocator", name, bad);
+    for (int i = 0; i < N; i++)
+        kmem_cache_free(cp, objs[i]);
+    kmem_cache_destroy(cp);
+}
+
+static void test_layout_choice(void)
+{
+    layout_check("slab_layout_1056", 1056, NULL, false);
+    layout_check("slab_layout_4608", 4608, NULL, false);
+    layout_check("slab_layout_1000c", 1000, count_ctor, false);
+    layout_check("slab_layout_2048", 2048, NULL, true);
+    layout_check("slab_layout_4096", 4096, NULL, true);
+}
+
 /* Magazines are LIFO: a freed object is the next one allocated. */
 static void test_magazine_lifo(void)
 {
@@ -534,6 +580,7 @@ int main(void)
     test_colours();
     test_waste();
     test_hash_rescale();
+    test_layout_choice();
     test_magazine_lifo();
     test_busy_depot_grows();
     test_statistics_exact();
