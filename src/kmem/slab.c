@@ -12,8 +12,10 @@
  * 2. Small objects (bufsize < PAGE_SIZE/8, and larger ones whose slab has
  *    room to spare for the header, as Linux SLAB keeps its management on
  *    the slab when it fits in the leftover): struct slab at the end of the
- *    slab's last page; each free buffer is its own bufctl, the (obfuscated)
- *    link word being the LAST word of the buffer.  With a constructor or
+ *    slab's last page; buffers are carved in address order as they are
+ *    first handed out (a new slab's pages are touched as they are used),
+ *    and each freed buffer is its own bufctl, the (obfuscated) link word
+ *    being the LAST word of the buffer.  With a constructor or
  *    CACHE_FREEPTR_OUTSIDE an extra word is appended so the link never
  *    overwrites [0, size).  Large objects: struct slab and its bufctls are one
  *    block from cache_internal_alloc (Bonwick took them from two small-object
@@ -95,7 +97,8 @@
 
 struct slab {
     struct slab *next, *prev;      /* the cache's slab list */
-    void *free;                    /* small: first free buffer; large: first free bufctl */
+    void *free;                    /* small: first freed buffer; large: first free bufctl */
+    char *carve;                   /* small: the first buffer never handed out (NULL once all were) */
     char *mem;                     /* first byte of the slab's pages */
     char *base;                    /* first buffer (mem + colour) */
     uint32_t inuse;                /* reference count: buffers out of the slab */
@@ -145,7 +148,7 @@ struct depot {
  * so the fast paths read one struct and then one round.  The fill is kept as
  * pointers into loaded's rounds rather than a count and a capacity: a pop or
  * a push is then a compare with one bound and a step of the pointer, with no
- * index arithmetic and no load of `loaded` (4 instructions fewer per pair).
+ * index arithmetic and no load of `loaded` (3 instructions fewer per pair).
  * All zero (CPU_EMPTY: no state yet, or the thread has exited) misses both
  * fast paths: top == base, nothing to pop; top == limit, no room to push. */
 struct slab_cpu {
@@ -433,16 +436,14 @@ static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, in
             cp->ctor(sp->base + i * sc->bufsize, cp->object_size);
 
     if (sc->small) {
-        /* Free list in address order, links at the end of each buffer. */
-        void *next = NULL;
-        for (uint32_t i = sc->nobjs; i-- > 0;) {
-            char *buf = sp->base + i * sc->bufsize;
-            uintptr_t *link = (uintptr_t *)(buf + sc->link_off);
-            *link = freeptr_encode(cp, next, link);
-            next = buf;
-        }
-        sp->free = next;
+        /* Buffers are carved in address order as they are first handed out,
+         * so a new slab's pages are touched as they are used (linking every
+         * buffer at creation committed whole multi-page slabs for one
+         * object: realloc growth through the classes kept 0.4 MB more). */
+        sp->free = NULL;
+        sp->carve = sp->base;
     } else {
+        sp->carve = NULL;
         struct bufctl *bcs = (struct bufctl *)(sp + 1), *next = NULL;
         for (uint32_t i = sc->nobjs; i-- > 0;) {
             bcs[i].buf = sp->base + i * sc->bufsize;
@@ -522,7 +523,12 @@ SK_INLINE void *slab_take(struct kmem_cache *cp, struct slab_cache *sc)
     if (sp == &sc->list)
         return NULL;
     void *buf;
-    if (sc->small) {
+    if (sc->small && !sp->free) {
+        buf = sp->carve;
+        sp->carve += sc->bufsize;
+        if (sp->carve == sp->base + (size_t)sc->nobjs * sc->bufsize)
+            sp->carve = NULL;
+    } else if (sc->small) {
         buf = sp->free;
         uintptr_t *link = (uintptr_t *)((char *)buf + sc->link_off);
         sp->free = freeptr_decode(cp, *link, link);
@@ -537,7 +543,7 @@ SK_INLINE void *slab_take(struct kmem_cache *cp, struct slab_cache *sc)
     }
     if (sp->inuse++ == 0)
         sc->nfree_slabs--;
-    if (!sp->free)                 /* now full: it stays put, at the end of the full run */
+    if (!sp->free && !sp->carve)   /* now full: it stays put, at the end of the full run */
         sc->freelist = sp->next;
     sc->inuse++;
     return buf;
@@ -554,7 +560,11 @@ static void slab_put(struct kmem_cache *cp, struct slab_cache *sc, void *buf)
             lock_release(&sc->lock);
             report_double_free(cp, buf, "its slab's free list");
         }
-        was_full = sp->free == NULL;
+        if (unlikely(sp->carve && (char *)buf >= sp->carve)) {
+            lock_release(&sc->lock);
+            report_double_free(cp, buf, "its slab never handed it out");
+        }
+        was_full = sp->free == NULL && sp->carve == NULL;
         uintptr_t *link = (uintptr_t *)((char *)buf + sc->link_off);
         *link = freeptr_encode(cp, sp->free, link);
         sp->free = buf;
@@ -652,8 +662,8 @@ static void slab_free_batch(struct kmem_cache *cp, struct slab_cache *sc, void *
 
 /* Bytes of full magazines ever pushed to and popped from all caches'
  * depots (maglist_push/pop): their difference is what the depots hold now.
- * With the bytes of full magazines that frees drained into slabs instead,
- * the pushed count is the clock by which a cache is idle: a full list's
+ * Pushed plus the bytes of full magazines that frees drained into slabs
+ * instead (depot_clock) is the clock by which a cache is idle: a full list's
  * last_use is the clock at its cache's latest full magazine. */
 static uint64_t depot_full_pushed, depot_full_popped, depot_full_drained;
 
@@ -1287,14 +1297,15 @@ static size_t reap_cache(struct kmem_cache *cp, bool urgent, uint64_t now)
     return bytes;
 }
 
-/* Over budget, idle caches go first (an LRU by bytes pushed, not by time:
- * a program may cycle through classes far faster than any reap interval).
- * One thread at a time, at most once per DEPOT_EVICT_STEP bytes on the
- * clock, walks the caches (cache_list_lock only tried) and reaps completely
- * every one that has full magazines but handed in none while the clock
- * advanced DEPOT_IDLE_BYTES: its magazines and free slabs go to the page layer, where the
- * active caches' next slabs find them.  True if the depots are then under
- * budget (the caller keeps its magazine). */
+/* Over budget, idle caches go first (an LRU by bytes handed in, not by
+ * time: a program may cycle through classes far faster than any reap
+ * interval).  One thread at a time, at most once per DEPOT_EVICT_STEP bytes
+ * on the clock, walks the caches (cache_list_lock only tried) and reaps
+ * completely every one that has full magazines but handed in none while the
+ * clock advanced DEPOT_IDLE_BYTES: its magazines and free slabs go to the
+ * page layer, where the active caches' next slabs find them.  True if the
+ * depots are then under budget (the caller keeps its magazine).  last_use is
+ * read racily and may be newer than our clock: compared without wrapping. */
 static uint64_t evict_next;        /* depot_clock() at which a walk may run again */
 
 SK_NOINLINE static bool depot_evict_idle(struct kmem_cache *self)
@@ -1310,7 +1321,7 @@ SK_NOINLINE static bool depot_evict_idle(struct kmem_cache *self)
     for (struct kmem_cache *cp = cache_list; cp; cp = cp->next) {
         const struct maglist *l = &SC(cp)->depot.full;
         if (cp != self && __atomic_load_n(&l->total, __ATOMIC_RELAXED) > 0 &&
-            clock - __atomic_load_n(&l->last_use, __ATOMIC_RELAXED) >= DEPOT_IDLE_BYTES)
+            __atomic_load_n(&l->last_use, __ATOMIC_RELAXED) + DEPOT_IDLE_BYTES <= clock)
             reap_cache(cp, true, now);
     }
     lock_release(&cache_list_lock);

@@ -13,6 +13,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <errno.h>
+#include <sys/mman.h>
 #include <slabkit/slabkit.h>
 #include "kmem/cache.h"
 #include "../kmem_test.h"
@@ -226,6 +228,29 @@ static void test_layout_choice(void)
     layout_check("slab_layout_1000c", 1000, count_ctor, false);
     layout_check("slab_layout_2048", 2048, NULL, true);
     layout_check("slab_layout_4096", 4096, NULL, true);
+}
+
+/* A new slab's pages are touched as its buffers are handed out: one
+ * 1056-byte object from a fresh four-page slab leaves the two middle pages
+ * uncommitted (linking every buffer at creation committed all four).  The
+ * frames come from an urgent reap, which purges the page layer's free ones
+ * first, so none is resident from an earlier test. */
+static void test_lazy_carve(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_carve", 1056, 0, NULL, NULL);
+    REQUIRE(cp);
+    cache_reap_all_urgent();
+    unsigned char *obj = kmem_cache_alloc(cp, KM_SLEEP);
+    struct slabkit_cache_stats st = stats_of("slab_carve");
+    REQUIRE(st.pages_per_slab == 4, "slab_carve: %lu pages per slab", (unsigned long)st.pages_per_slab);
+    uintptr_t first = (uintptr_t)obj & ~(uintptr_t)(4 * 4096 - 1);   /* slabs are aligned blocks */
+    unsigned char vec[4];
+    REQUIRE(mincore((void *)first, 4 * 4096, vec) == 0, "mincore: %s", strerror(errno));
+    CHECK(!(vec[1] & 1) && !(vec[2] & 1), "one object committed pages %d %d %d %d of its slab", vec[0] & 1,
+          vec[1] & 1, vec[2] & 1, vec[3] & 1);
+    memset(obj, 0x5a, 1056);
+    kmem_cache_free(cp, obj);
+    kmem_cache_destroy(cp);
 }
 
 /* Magazines are LIFO: a freed object is the next one allocated. */
@@ -581,6 +606,7 @@ int main(void)
     test_waste();
     test_hash_rescale();
     test_layout_choice();
+    test_lazy_carve();
     test_magazine_lifo();
     test_busy_depot_grows();
     test_statistics_exact();
