@@ -17,40 +17,20 @@
 #include <slabkit/slabkit.h>
 #include "kmem/cache.h"
 #include "../kmem_test.h"
+#include "../constructed.h"
 
 #define NCACHES 10
 #define NTHREADS 4
 #define BATCH 1000
 #define ROUNDS 30
-#define MAGIC 0xb0d9e7u
-
-struct obj {                       /* the constructed part, then the user's */
-    uint32_t magic;
-    uint32_t cache;
-    struct obj *self;
+struct obj {                       /* the constructed part (constructed.h), then the user's */
+    struct constructed c;          /* c.spare: the cache's index */
     uint64_t tag;
     unsigned char body[];
 };
 
 static kmem_cache_t *caches[NCACHES];
 static size_t sizes[NCACHES];
-static atomic_long n_ctor, n_dtor, damaged;
-
-static void obj_ctor(void *buf, size_t size)
-{
-    struct obj *o = buf;
-    o->magic = MAGIC;
-    o->self = o;
-    atomic_fetch_add(&n_ctor, 1);
-}
-
-static void obj_dtor(void *buf, size_t size)
-{
-    struct obj *o = buf;
-    if (o->magic != MAGIC || o->self != o)
-        atomic_fetch_add(&damaged, 1);
-    atomic_fetch_add(&n_dtor, 1);
-}
 
 struct mailbox {
     pthread_mutex_t lock;
@@ -61,7 +41,7 @@ static struct mailbox boxes[NTHREADS];
 
 static void stamp(struct obj *o, unsigned c, uint64_t tag)
 {
-    o->cache = c;
+    o->c.spare = c;
     o->tag = tag;
     size_t body = sizes[c] - sizeof *o;
     for (size_t i = 0; i < body; i += 61)
@@ -71,8 +51,8 @@ static void stamp(struct obj *o, unsigned c, uint64_t tag)
 
 static void release(struct obj *o)
 {
-    unsigned c = o->cache;
-    bool ok = o->magic == MAGIC && o->self == o && c < NCACHES;
+    unsigned c = o->c.spare;
+    bool ok = constructed_intact(o) && c < NCACHES;
     size_t body = ok ? sizes[c] - sizeof *o : 0;
     for (size_t i = 0; ok && i < body; i += 61)
         ok = o->body[i] == (unsigned char)(o->tag >> (i % 7));
@@ -106,7 +86,7 @@ static void *worker(void *arg)
         unsigned c = (unsigned)(round + id * 3) % NCACHES;
         for (int i = 0; i < BATCH; i++) {
             struct obj *o = kmem_cache_alloc(caches[c], KM_SLEEP);
-            if (o->magic != MAGIC || o->self != o)
+            if (!constructed_intact(o))
                 atomic_fetch_add(&damaged, 1);
             stamp(o, c, ((uint64_t)id << 56) | ((uint64_t)round << 32) | (uint64_t)i);
             batch[i] = o;
@@ -139,7 +119,7 @@ int main(void)
         char name[32];
         sizes[c] = 1024 + 320 * (size_t)c;
         snprintf(name, sizeof name, "budget-%d", c);
-        caches[c] = kmem_cache_create(name, sizes[c], 0, obj_ctor, obj_dtor);
+        caches[c] = kmem_cache_create(name, sizes[c], 0, constructed_ctor, constructed_dtor);
         REQUIRE(caches[c]);
     }
     for (int i = 0; i < NTHREADS; i++)

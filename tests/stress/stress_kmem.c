@@ -13,36 +13,15 @@
 #include <slabkit/slabkit.h>
 #include "kmem/cache.h"
 #include "../test.h"
+#include "../constructed.h"
 
 
 #define NTHREADS 4
-#define MAGIC 0x5eed5eedu
-
-struct obj {                        /* constructed part: magic and a self pointer */
-    uint32_t magic;
-    uint32_t pad;
-    struct obj *self;
+struct obj {                        /* constructed part first (constructed.h) */
+    struct constructed c;
     uint64_t owner, seq;            /* written by the user while allocated */
     char body[96];
 };
-
-static atomic_long n_ctor, n_dtor, damaged;
-
-static void obj_ctor(void *buf, size_t size)
-{
-    struct obj *o = buf;
-    o->magic = MAGIC;
-    o->self = o;
-    atomic_fetch_add(&n_ctor, 1);
-}
-
-static void obj_dtor(void *buf, size_t size)
-{
-    struct obj *o = buf;
-    if (o->magic != MAGIC || o->self != o)
-        atomic_fetch_add(&damaged, 1);
-    atomic_fetch_add(&n_dtor, 1);
-}
 
 struct item { void *p; size_t size; uint64_t tag; int kind; };   /* kind 0: cache object, 1: kmem_alloc */
 
@@ -80,7 +59,7 @@ static void release(struct item *it)
 {
     if (it->kind == 0) {
         struct obj *o = it->p;
-        if (o->magic != MAGIC || o->self != o || o->seq != it->tag || !filled(o->body, sizeof o->body, it->tag))
+        if (!constructed_intact(o) || o->seq != it->tag || !filled(o->body, sizeof o->body, it->tag))
             atomic_fetch_add(&damaged, 1);
         kmem_cache_free(cache, o);
     } else {
@@ -107,7 +86,7 @@ static void *worker(void *arg)
             it.tag = ((uint64_t)id << 56) | (r & 0xffffffffffffull);
             if (r & 1) {
                 struct obj *o = kmem_cache_alloc(cache, KM_SLEEP);
-                if (o->magic != MAGIC || o->self != o)
+                if (!constructed_intact(o))
                     atomic_fetch_add(&damaged, 1);
                 o->owner = (uint64_t)id;
                 o->seq = it.tag;
@@ -177,7 +156,7 @@ int main(int argc, char **argv)
 {
     double seconds = argc > 1 ? atof(argv[1]) : 3.0;
     printf("design %s, pages %s\n", slabkit_design(), slabkit_page_allocator());
-    cache = kmem_cache_create("stress_obj", sizeof(struct obj), 0, obj_ctor, obj_dtor);
+    cache = kmem_cache_create("stress_obj", sizeof(struct obj), 0, constructed_ctor, constructed_dtor);
     REQUIRE(cache);
     for (int i = 0; i < NTHREADS; i++)
         pthread_mutex_init(&boxes[i].lock, NULL);
