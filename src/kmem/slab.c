@@ -131,7 +131,11 @@ struct maglist {
     long reaplimit;                /* fewest over the last whole interval: idle, may be reaped */
     size_t round_bytes;            /* full list: the buffer size (byte counts); empty list: 0 */
     uint64_t bytes;                /* rounds on the list x round_bytes */
-    uint64_t last_use;             /* full list: depot_clock() after its cache's latest full magazine */
+    /* Full list: what the global counts (depot_full_held, depot_clock) do
+     * not know yet, and the clock when this cache last told them. */
+    int64_t unpublished;           /* bytes pushed minus popped */
+    uint64_t unclocked;            /* bytes handed in (pushed) */
+    uint64_t last_use;
 };
 
 struct depot {
@@ -660,23 +664,47 @@ static void slab_free_batch(struct kmem_cache *cp, struct slab_cache *sc, void *
         slabs_release(cp, sc, keep);
 }
 
-/* Bytes of full magazines ever pushed to and popped from all caches'
- * depots (maglist_push/pop): their difference is what the depots hold now.
- * Pushed plus the bytes of full magazines that frees drained into slabs
- * instead (depot_clock) is the clock by which a cache is idle: a full list's
- * last_use is the clock at its cache's latest full magazine. */
-static uint64_t depot_full_pushed, depot_full_popped, depot_full_drained;
+/* What all caches' depots hold in full magazines (depot_full_held), and the
+ * bytes of full magazines frees have handed in, pushed to a depot or drained
+ * into slabs (depot_clock: the clock by which a cache is idle).  Each cache
+ * tells them in steps of DEPOT_PUBLISH_STEP bytes, not at every push and
+ * pop: one atomic on a shared line per 16 KiB instead of per magazine, so
+ * many threads exchanging small magazines do not queue on it; the budget
+ * check is off by at most a step per cache. */
+#define DEPOT_PUBLISH_STEP ((int64_t)16 << 10)
+static int64_t depot_full_held;
+static uint64_t depot_clock_bytes;
 
 SK_INLINE uint64_t depot_full_all(void)
 {
-    uint64_t popped = __atomic_load_n(&depot_full_popped, __ATOMIC_RELAXED);
-    return __atomic_load_n(&depot_full_pushed, __ATOMIC_RELAXED) - popped;
+    int64_t held = __atomic_load_n(&depot_full_held, __ATOMIC_RELAXED);
+    return held > 0 ? (uint64_t)held : 0;
 }
 
 SK_INLINE uint64_t depot_clock(void)
 {
-    return __atomic_load_n(&depot_full_pushed, __ATOMIC_RELAXED) +
-           __atomic_load_n(&depot_full_drained, __ATOMIC_RELAXED);
+    return __atomic_load_n(&depot_clock_bytes, __ATOMIC_RELAXED);
+}
+
+/* Advances the clock by b handed in by l's cache (no lock needed). */
+SK_INLINE void depot_clock_advance(struct maglist *l, uint64_t b)
+{
+    uint64_t now = __atomic_add_fetch(&depot_clock_bytes, b, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->last_use, now, __ATOMIC_RELAXED);   /* read by other caches' idle walks */
+}
+
+/* Tells the global counts what the full list l holds and handed in since it
+ * last did (depot lock held).  All of it when `all` (the cache is going). */
+static void maglist_publish(struct maglist *l, bool all)
+{
+    if (l->unclocked >= (uint64_t)DEPOT_PUBLISH_STEP || (all && l->unclocked)) {
+        depot_clock_advance(l, l->unclocked);
+        l->unclocked = 0;
+    }
+    if (l->unpublished >= DEPOT_PUBLISH_STEP || l->unpublished <= -DEPOT_PUBLISH_STEP || (all && l->unpublished)) {
+        __atomic_add_fetch(&depot_full_held, l->unpublished, __ATOMIC_RELAXED);
+        l->unpublished = 0;
+    }
 }
 
 /* True when the depot holds enough full magazines (depot lock held). */
@@ -770,13 +798,13 @@ SK_INLINE void maglist_count(struct maglist *l, const struct magazine *m, int si
     uint64_t b = (uint64_t)m->rounds * l->round_bytes;
     if (sign > 0) {
         l->bytes += b;
-        uint64_t now = __atomic_add_fetch(&depot_full_pushed, b, __ATOMIC_RELAXED) +
-                       __atomic_load_n(&depot_full_drained, __ATOMIC_RELAXED);
-        __atomic_store_n(&l->last_use, now, __ATOMIC_RELAXED);   /* read by other caches' idle walks */
+        l->unpublished += (int64_t)b;
+        l->unclocked += b;
     } else {
         l->bytes -= b;
-        __atomic_add_fetch(&depot_full_popped, b, __ATOMIC_RELAXED);
+        l->unpublished -= (int64_t)b;
     }
+    maglist_publish(l, false);
 }
 
 static struct magazine *maglist_pop(struct maglist *l)
@@ -1005,9 +1033,7 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
              * their slabs and it comes back as the empty magazine. */
             if (depot_evict_idle(cp))
                 continue;
-            uint64_t now = __atomic_add_fetch(&depot_full_drained, (uint64_t)p->rounds * sc->bufsize,
-                                              __ATOMIC_RELAXED) + __atomic_load_n(&depot_full_pushed, __ATOMIC_RELAXED);
-            __atomic_store_n(&sc->depot.full.last_use, now, __ATOMIC_RELAXED);
+            depot_clock_advance(&sc->depot.full, (uint64_t)p->rounds * sc->bufsize);
             cpu->moved_out += p->rounds;
             mag_drain(cp, sc, p);
             continue;
@@ -1239,6 +1265,7 @@ static void slab_cache_fini(struct kmem_cache *cp)
         m->next = all;
         all = m;
     }
+    maglist_publish(&d->full, true);   /* the global counts forget this cache */
     lock_release(&d->lock);
     while ((m = all)) {
         all = m->next;

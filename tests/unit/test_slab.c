@@ -486,6 +486,27 @@ static void test_mass_free_bounded(void)
     free(objs);
 }
 
+/* The depot budget counts what the caches hold now: a cache destroyed with a
+ * full depot takes its share with it, so the next cache keeps a 2 MiB batch
+ * instead of finding the budget spent by a cache that no longer exists. */
+static void test_destroy_forgets_depot(void)
+{
+    cache_reap_all_urgent();
+    enum { NA = 24000, NB = 8000 };          /* 6 MiB, then 2 MiB, of 256 B */
+    void **objs = calloc(NA, sizeof *objs);
+    uint64_t peak;
+    kmem_cache_t *a = kmem_cache_create("slab_gone", 256, 0, NULL, NULL);
+    mass_free("slab_gone", a, NA, objs, &peak);
+    kmem_cache_destroy(a);
+    kmem_cache_t *b = kmem_cache_create("slab_after", 256, 0, NULL, NULL);
+    mass_free("slab_after", b, NB, objs, &peak);
+    struct slabkit_cache_stats st = stats_of("slab_after");
+    CHECK(st.cached_objs * 256 >= (3u << 19), "slab_after caches %lu of %d objects: the destroyed cache's depot "
+          "still counts against the budget", (unsigned long)st.cached_objs, NB);
+    kmem_cache_destroy(b);
+    free(objs);
+}
+
 /* After a free within those bounds, an urgent reap (malloc_trim's) gives the
  * whole depot and every free slab to the page layer: no slab left, and the
  * page layer's free pages rise by at least what the slabs held.  The
@@ -612,6 +633,7 @@ int main(void)
     test_statistics_exact();
     test_thread_exit_depot();
     test_mass_free_bounded();
+    test_destroy_forgets_depot();
     test_urgent_reap_returns();
     test_timed_reap();
     test_interior_report();
