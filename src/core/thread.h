@@ -86,13 +86,13 @@ void **thread_cpu_peek(struct sk_thread *t, unsigned id);
 /* Whether a slot's content is real per-thread state. */
 SK_INLINE bool thread_cpu_present(const void *cpu) { return cpu != NULL && cpu != CPU_EMPTY; }
 
-/* Implemented by the layers: give back what t caches. Called at thread exit
- * and, in a fork child, for every thread that did not survive the fork. */
+/* Implemented by the layers: give back what t caches.  Called at thread exit. */
 void cache_thread_exit(struct sk_thread *t);
 void page_thread_exit(struct sk_thread *t);
 
 /* Fork: the prepare/parent hooks lock/unlock thread_list_lock; the child hook
- * reclaims the caches of every thread that did not survive the fork. */
+ * resets the locks and keeps only the forking thread on the list (the
+ * others' caches are left alone: see thread.c). */
 void thread_fork_prepare(void);
 void thread_fork_parent(void);
 void thread_fork_child(void);

@@ -757,7 +757,7 @@ void cache_fork_child(void)
             sk_design.fork_child(cp);
     lock_reset(&cache_list_lock);
     lock_reset(&kmalloc_lock);
-    thread_fork_child();       /* reclaims dead threads' caches: needs the locks above free */
+    thread_fork_child();
 }
 
 /* --- Identity ------------------------------------------------------------ */

@@ -606,31 +606,34 @@ static void slab_put(struct kmem_cache *cp, struct slab_cache *sc, void *buf)
 }
 
 /* Up to `want` buffers into out[]; grows the cache (at most once) if it has
- * none.  Returns how many; 0 when memory cannot be had. */
+ * none.  Returns how many; 0 when memory cannot be had.  A new slab joins the
+ * list and gives its first buffers in one lock hold: in between, another
+ * thread could empty it or a reap (another cache's idle eviction) destroy it,
+ * and this caller would report memory it cannot have (stress_depot_budget:
+ * "out of memory" in 1 run of 20). */
 static uint32_t slab_alloc_batch(struct kmem_cache *cp, struct slab_cache *sc, void **out,
                                  uint32_t want, int flags)
 {
     uint32_t n = 0;
-    bool rescale;
-    for (int grown = 0;; grown++) {
-        lock_acquire(&sc->lock);
+    lock_acquire(&sc->lock);
+    for (bool grown = false;; grown = true) {
         while (n < want) {
             void *buf = slab_take(cp, sc);
             if (!buf)
                 break;
             out[n++] = buf;
         }
-        rescale = hash_wants_rescale(sc);
-        lock_release(&sc->lock);
         if (n || grown)
             break;
+        lock_release(&sc->lock);
         struct slab *sp = slab_create(cp, sc, flags);
+        lock_acquire(&sc->lock);
         if (!sp)
             break;
-        lock_acquire(&sc->lock);
         slab_add(sc, sp);
-        lock_release(&sc->lock);
     }
+    bool rescale = hash_wants_rescale(sc);
+    lock_release(&sc->lock);
     if (unlikely(rescale))
         hash_rescale(cp, sc);
     return n;
@@ -1061,10 +1064,11 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
         if (!e)
             break;
         if (p->cap) {
+            uint32_t rounds = p->rounds;  /* once in the depot, p is anyone's: it may be drained or freed */
             depot_lock(cp, sc);
             maglist_push(&sc->depot.full, p);
             depot_unlock(sc);
-            cpu->moved_out += p->rounds;
+            cpu->moved_out += rounds;
         }
         cpu->previous = cpu_unload(cpu);
         cpu_load(cpu, e);

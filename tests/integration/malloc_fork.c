@@ -5,13 +5,15 @@
  * allocate and free (holding allocator locks at random moments), the main
  * thread forks repeatedly; each child must allocate, free, start a thread of
  * its own that allocates, and exit 0 (a child that inherited a held lock would
- * hang: an alarm turns that into a failure). */
+ * hang: an alarm turns that into a failure).  100 forks: a child that took
+ * back the other threads' caches, copied in the middle of a slow path,
+ * crashed or reported a double free in about one run of four. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include "malloc_test.h"
 
 #define THREADS 4
-#define FORKS   40
+#define FORKS   100
 
 static atomic_int stop;
 

@@ -1,4 +1,4 @@
-/* test-matrix: pages
+/* test-matrix: designs pages
  * test-timeout: 120
  *
  * stress_depot_budget.c — SLAB's depot budget under concurrency: 4 threads
@@ -9,9 +9,13 @@
  * moment are reaped from other threads' frees while their own threads may
  * come back to them.  Every object must come out constructed and go back
  * with its stamp intact; at the end the statistics balance, the caches
- * together keep no more than the budget and their floors (10 caches would
- * keep their whole peaks, 25 MB, without it), and destroying them runs the
- * destructor once per constructor. */
+ * together keep no more than the budget and their floors (SLAB: 10 caches
+ * would keep their whole peaks, 25 MB, without it), and destroying them runs
+ * the destructor once per constructor.  Every design runs it (the budget
+ * check is SLAB's).  It found two races: a new slab emptied or reaped
+ * between joining the list and giving its first buffer (a false "out of
+ * memory"), and a magazine's count read after it went to the depot (the
+ * statistics off by a magazine, or by garbage). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <slabkit/slabkit.h>
