@@ -122,6 +122,15 @@ void **thread_cpu_peek(struct sk_thread *t, unsigned id)
     return NULL;
 }
 
+/* A slot array (cpu_more) back to the page layer; NULL is nothing. */
+static void slots_free(void **slots, size_t len)
+{
+    if (!slots)
+        return;
+    page_desc_of(slots)->kind = PAGE_USED;
+    page_free_exact(slots, ALIGN_UP(len * sizeof(void *), PAGE_SIZE) >> PAGE_SHIFT);
+}
+
 void **thread_cpu_slot(struct sk_thread *t, unsigned id)
 {
     if (unlikely(t->state != THREAD_LIVE))
@@ -138,26 +147,30 @@ void **thread_cpu_slot(struct sk_thread *t, unsigned id)
         return NULL;
     page_desc_of(more)->kind = PAGE_INTERNAL;
     memset(more, 0, want);
-    if (t->cpu_more) {
-        memcpy(more, t->cpu_more, t->cpu_more_len * sizeof(void *));
-        size_t old = ALIGN_UP(t->cpu_more_len * sizeof(void *), PAGE_SIZE) >> PAGE_SHIFT;
-        page_desc_of(t->cpu_more)->kind = PAGE_USED;
-        page_free_exact(t->cpu_more, old);
-    }
+    /* Other threads reach these slots under thread_list_lock (statistics,
+     * a destroy's flush, which empties a slot): copy and switch under it,
+     * so no such write lands in the old array after the copy, and nobody
+     * holds a pointer into the old array when it is freed. */
+    lock_acquire(&thread_list_lock);
+    void **old = t->cpu_more;
+    size_t old_len = t->cpu_more_len;
+    if (old)
+        memcpy(more, old, old_len * sizeof(void *));
     t->cpu_more = more;
     t->cpu_more_len = (unsigned)(want / sizeof(void *));
-    return &t->cpu_more[idx];
+    lock_release(&thread_list_lock);
+    slots_free(old, old_len);
+    return &more[idx];
 }
 
-/* Hand everything t caches back to the shared layers and release t. */
+/* Hand everything t caches back to the shared layers and release t.  The
+ * slot array goes after t has left the list: statistics and a destroy's
+ * flush reach it through the list, and it was freed while still listed
+ * (another thread could read, or write CPU_EMPTY into, a reused page). */
 static void thread_release(struct sk_thread *t)
 {
     cache_thread_exit(t);
     page_thread_exit(t);
-    if (t->cpu_more) {
-        page_desc_of(t->cpu_more)->kind = PAGE_USED;
-        page_free_exact(t->cpu_more, ALIGN_UP(t->cpu_more_len * sizeof(void *), PAGE_SIZE) >> PAGE_SHIFT);
-    }
     lock_acquire(&thread_list_lock);
     if (t->prev)
         t->prev->next = t->next;
@@ -166,6 +179,7 @@ static void thread_release(struct sk_thread *t)
     if (t->next)
         t->next->prev = t->prev;
     lock_release(&thread_list_lock);
+    slots_free(t->cpu_more, t->cpu_more_len);
     pool_put(t);
 }
 

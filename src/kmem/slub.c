@@ -641,7 +641,10 @@ static struct slub_cpu *cpu_create(struct kmem_cache *cp)
     if (!c)
         return NULL;
     cpu_init(cache_priv(cp), c);
-    *slot = c;
+    /* Release: slub_stats loads the slot (acquire) from another thread and
+     * reads the counters; they must be seen zeroed, not as the internal
+     * allocator's previous use of this memory left them (weak orderings). */
+    __atomic_store_n((struct slub_cpu **)slot, c, __ATOMIC_RELEASE);
     return c;
 }
 
