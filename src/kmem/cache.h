@@ -35,12 +35,13 @@
 #define CACHE_FREEPTR_OUTSIDE (1u << 2) /* never write into [0, size) of a free object (debug poisoning) */
 
 struct kmem_cache {
-    /* Read on the fast path: keep first.  cpu_slot is at offset 4 and the
-     * designs' per-thread counts at offset 0 of their (16-aligned) structs:
-     * when a cache and its per-thread state sit at the same offset in their
-     * pages (both the first object of a fresh page), a load of cpu_slot
-     * right after a store to the count was taken for a dependent load (4K
-     * aliasing): kmem_cache_alloc/free with a constructor 3.9 -> 4.5 ns. */
+    /* Read on the fast path: keep first.  cpu_slot is at offset 4, where no
+     * design's per-thread fast-path store lands (SLAB's top is at 16, the
+     * others' counts at 0): when a cache and its per-thread state sit at the
+     * same offset in their pages (both the first object of a fresh page), a
+     * load of cpu_slot right after a store to those bytes was taken for a
+     * dependent load (4K aliasing): kmem_cache_alloc/free with a constructor
+     * 3.9 -> 4.5 ns. */
     unsigned id;               /* per-thread state index (thread_cpu_slot) */
     unsigned cpu_slot;         /* sk_thread.cpu[] index on the fast paths: id, or
                                   THREAD_CPU_OVERFLOW (always CPU_EMPTY) beyond the inline slots */
