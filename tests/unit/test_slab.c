@@ -486,6 +486,39 @@ static void test_mass_free_bounded(void)
     free(objs);
 }
 
+/* A cache that grows takes the memory of caches idle below the budget
+ * first: 2 MiB freed into one cache's depot (half the budget: kept, before)
+ * goes back to the page layer while another cache grows by 4 MiB, so the
+ * second's slabs reuse those pages and the first keeps only its thread's
+ * two magazines. */
+static void test_growth_reclaims_idle(void)
+{
+    cache_reap_all_urgent();
+    enum { NA = 8000, NB = 16000 };          /* 2 MiB, then 4 MiB, of 256 B */
+    void **objs = calloc(NB, sizeof *objs);
+    uint64_t peak;
+    kmem_cache_t *a = kmem_cache_create("slab_idle_a", 256, 0, NULL, NULL);
+    mass_free("slab_idle_a", a, NA, objs, &peak);
+    struct slabkit_cache_stats st = stats_of("slab_idle_a");
+    CHECK(st.cached_objs * 256 >= (3u << 19), "slab_idle_a caches only %lu of %d objects under the budget",
+          (unsigned long)st.cached_objs, NA);
+    kmem_cache_t *b = kmem_cache_create("slab_idle_b", 256, 0, NULL, NULL);
+    for (int i = 0; i < NB; i++) {
+        objs[i] = kmem_cache_alloc(b, KM_SLEEP);
+        memset(objs[i], 0x6b, 256);
+    }
+    st = stats_of("slab_idle_a");
+    uint64_t hostage = (2 * st.batchcount + st.objs_per_slab - 1) / st.objs_per_slab + 1;
+    CHECK(st.cached_objs <= 2 * st.batchcount && st.num_slabs <= hostage,
+          "idle slab_idle_a still holds %lu cached objects in %lu slabs after slab_idle_b grew by 4 MiB",
+          (unsigned long)st.cached_objs, (unsigned long)st.num_slabs);
+    for (int i = 0; i < NB; i++)
+        kmem_cache_free(b, objs[i]);
+    kmem_cache_destroy(a);
+    kmem_cache_destroy(b);
+    free(objs);
+}
+
 /* The depot budget counts what the caches hold now: a cache destroyed with a
  * full depot takes its share with it, so the next cache keeps a 2 MiB batch
  * instead of finding the budget spent by a cache that no longer exists. */
@@ -634,6 +667,7 @@ int main(void)
     test_thread_exit_depot();
     test_mass_free_bounded();
     test_destroy_forgets_depot();
+    test_growth_reclaims_idle();
     test_urgent_reap_returns();
     test_timed_reap();
     test_interior_report();
