@@ -170,9 +170,9 @@ struct kmem_cache *kmalloc_cache_get(unsigned c)
     return cp;
 }
 
-/* free_desc for designs without one, and under the debug layer (whose free
+/* free_owned for designs without one, and under the debug layer (whose free
  * wrapper must see every free): a tail jump to free. */
-static void cache_free_desc_shim(struct kmem_cache *cp, void *obj, struct page_desc *d)
+static void cache_free_owned_shim(struct kmem_cache *cp, void *obj, uintptr_t aux)
 {
     sk_design.free(cp, obj);
 }
@@ -199,8 +199,8 @@ void cache_init(void)
         sk_design.init();
     if (sk_opt.debug)
         debug_install();               /* wraps sk_design: before any cache exists */
-    if (!sk_design.free_desc || sk_opt.debug)
-        sk_design.free_desc = cache_free_desc_shim;
+    if (!sk_design.free_owned || sk_opt.debug)
+        sk_design.free_owned = cache_free_owned_shim;
     if (!sk_design.alloc_checked || sk_opt.debug)
         sk_design.alloc_checked = cache_alloc_checked_shim;
     page_set_reclaim_hook(cache_reap_all_urgent);
@@ -404,16 +404,16 @@ SK_API SK_FASTPATH void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
     return sk_design.alloc_checked(cp, flags);
 }
 
-/* Fast path: one region_map load and two compares on the descriptor, then a
- * tail call to the design.  NULL (region_map[0] is always 0), SLOB pages and
- * bad pointers all take the slow path below. */
+/* Fast path: one region_owner load and a compare on the page's owner entry,
+ * then a tail call to the design.  NULL (region_owner[0] is always NULL), SLOB
+ * pages and bad pointers all take the slow path below. */
 SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf);
 
 SK_API SK_FASTPATH void kmem_cache_free(kmem_cache_t *cp, void *buf)
 {
-    struct page_desc *d;
-    if (likely(page_desc_lookup(buf, &d)) && likely(d->cache == cp && d->kind == PAGE_SLAB)) {
-        sk_design.free_desc(cp, buf, d);
+    struct page_owner *o;
+    if (likely(page_owner_lookup(buf, &o)) && likely(o->cache == cp && cp != NULL)) {
+        sk_design.free_owned(cp, buf, o->aux);
         return;
     }
     kmem_cache_free_slow(cp, buf);
@@ -563,7 +563,7 @@ void cache_kfree(void *p)
     struct page_desc *d = page_desc_of(p);
     if (likely(d != NULL)) {
         if (likely(d->kind == PAGE_SLAB)) {
-            sk_design.free_desc(d->cache, p, d);
+            sk_design.free_owned(d->cache, p, page_owner_of(p)->aux);
             return;
         }
         if (d->kind == PAGE_LARGE && p == page_address(d)) {
@@ -637,9 +637,9 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size);
 SK_API SK_FASTPATH void kmem_free(void *buf, size_t size)
 {
     struct kmem_cache *cp = kmalloc_cache_fast(size);
-    struct page_desc *d;
-    if (likely(page_desc_lookup(buf, &d)) && likely(d->cache == cp && d->kind == PAGE_SLAB)) {
-        sk_design.free_desc(cp, buf, d);
+    struct page_owner *o;
+    if (likely(page_owner_lookup(buf, &o)) && likely(o->cache == cp && cp != NULL)) {
+        sk_design.free_owned(cp, buf, o->aux);
         return;
     }
     kmem_free_slow(buf, size);

@@ -13,8 +13,10 @@
  * kmem_free / kmalloc dispatch, the size classes, statistics, reporting.
  *
  * Pointer ownership: every page of a slab has page_desc.kind == PAGE_SLAB and
- * page_desc.cache set, so kfree(p) finds the cache in O(1).  Large blocks are
- * PAGE_LARGE (size in priv[0]); huge ones are found through huge_size().
+ * page_desc.cache set, and its owner entry (page.h) names the cache too, so
+ * kfree(p) finds the cache in O(1); the fast free paths read only the owner
+ * entry.  Large blocks are PAGE_LARGE (size in priv[0]); huge ones are found
+ * through huge_size().
  *
  * Locking: cache_list_lock protects the list of caches and id allocation;
  * each design documents its own locks at the top of its file. */
@@ -101,13 +103,14 @@ struct design_ops {
     void  (*kfree)(void *p);
     size_t (*ksize)(const void *p);
 
-    /* Optional: free, given the page descriptor the caller already looked up
-     * (d is the descriptor of obj's frame, d->kind == PAGE_SLAB, d->cache ==
-     * cp), so the design need not look it up again.  The core's fast free
-     * paths (kmem_cache_free, kmem_free, cache_kfree, malloc's free) call
-     * sk_design.free_desc; when a design leaves it NULL (or the debug layer
-     * wraps free) cache_init points it at a one-jump shim to free. */
-    void  (*free_desc)(struct kmem_cache *cp, void *obj, struct page_desc *d);
+    /* Optional: free, given the word the design stored in the owner entry
+     * of obj's frame (page_owner_set), which the caller has looked up (its
+     * cache is cp), so the design need not read the descriptor.  The core's
+     * fast free paths (kmem_cache_free, kmem_free, cache_kfree, malloc's
+     * free) call sk_design.free_owned; when a design leaves it NULL (or the
+     * debug layer wraps free) cache_init points it at a one-jump shim to
+     * free. */
+    void  (*free_owned)(struct kmem_cache *cp, void *obj, uintptr_t aux);
 
     /* Optional: alloc that settles its own failures: where it would return
      * NULL it returns cache_alloc_failed(cp, flags) instead (counts the

@@ -8,7 +8,8 @@
  *    with sc->freelist at the first slab that has a free buffer; a slab whose
  *    count drops to zero moves to the tail.  Every page of a slab is
  *    PAGE_SLAB with cache = cp and head = the slab's first page; the head's
- *    priv[0] is the struct slab, priv[1] the address of its first buffer.
+ *    priv[0] is the struct slab; every page's owner entry (page.h) holds cp
+ *    and the address of the slab's first buffer, all the free path reads.
  * 2. Small objects (bufsize < PAGE_SIZE/8, and larger ones whose slab has
  *    room to spare for the header, as Linux SLAB keeps its management on
  *    the slab when it fits in the leftover): struct slab at the end of the
@@ -314,25 +315,18 @@ SK_INLINE uint64_t buffer_index(const struct slab_cache *sc, uintptr_t off)
     return (x >> sc->shift) | (x << ((64 - sc->shift) & 63));   /* one ror */
 }
 
-/* obj's page descriptor.  The caller found obj on a PAGE_SLAB page of cp:
- * its region exists, so page_desc_of's range checks can be skipped. */
-SK_INLINE struct page_desc *slab_desc(void *obj)
+/* True when obj is not the start of a buffer of the slab whose first buffer
+ * is at base: the owner entry of every page of a slab holds base (aux). */
+SK_INLINE bool not_start_base(struct slab_cache *sc, void *obj, uintptr_t base)
 {
-    uintptr_t a = (uintptr_t)obj;
-    return map_desc(region_map[a >> REGION_SHIFT], a);
+    return unlikely(buffer_index(sc, (uintptr_t)obj - base) >= sc->nobjs);
 }
 
-/* True when obj (on the page of descriptor d) is not the start of a buffer.
- * Every page of a slab holds the slab's first-buffer address in priv[1]. */
-SK_INLINE bool not_start_d(struct slab_cache *sc, void *obj, struct page_desc *d)
-{
-    return unlikely(buffer_index(sc, (uintptr_t)obj - d->priv[1]) >= sc->nobjs);
-}
-
-/* The same, looking the descriptor up (compiled out without HARDENED). */
+/* The same, looking the owner entry up (compiled out without HARDENED).  The
+ * caller found obj on a slab page of cp: its region exists. */
 SK_INLINE bool not_start(struct slab_cache *sc, void *obj)
 {
-    return HARDENED && not_start_d(sc, obj, slab_desc(obj));
+    return HARDENED && not_start_base(sc, obj, page_owner_of(obj)->aux);
 }
 
 /* --- Large-object hash ---------------------------------------------------- */
@@ -466,9 +460,9 @@ static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, in
         head[i].cache = cp;
         head[i].head = head;
         head[i].kind = PAGE_SLAB;
-        head[i].priv[1] = (uintptr_t)sp->base;   /* the free path's interior-pointer test */
     }
     head->priv[0] = (uintptr_t)sp;
+    page_owner_set(mem, npages, cp, (uintptr_t)sp->base);   /* base: the free path's interior-pointer test */
     return sp;
 }
 
@@ -489,7 +483,7 @@ static size_t slab_destroy(struct kmem_cache *cp, struct slab_cache *sc, struct 
     head->kind = PAGE_USED;
     head->cache = NULL;
     head->head = NULL;
-    head->priv[0] = head->priv[1] = 0;
+    head->priv[0] = 0;
     if (!sc->small)
         cache_internal_free(sp, sizeof *sp + sc->nobjs * sizeof(struct bufctl));
     page_free(mem, sc->order);
@@ -1086,14 +1080,14 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
     cpu->moved_out++;              /* as if it passed through a magazine */
 }
 
-/* The fast path: check the pointer, push on the loaded magazine.  d is obj's
- * page descriptor (unused without HARDENED).  A failed
+/* The fast path: check the pointer, push on the loaded magazine.  base is
+ * the first buffer of obj's slab (unused without HARDENED).  A failed
  * check goes to the slow path, which checks again and reports: every way out
  * is a return or a jump, and no stack frame is set up for a report that never
  * returns. */
-SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, struct page_desc *d)
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base)
 {
-    if (HARDENED && not_start_d(SC(cp), obj, d))
+    if (HARDENED && not_start_base(SC(cp), obj, base))
         goto slow;
     struct slab_cpu *cpu = cache_cpu_fast(cp);
     void **t = cpu->top;
@@ -1111,11 +1105,11 @@ slow:
 
 SK_FASTPATH static void slab_free(struct kmem_cache *cp, void *obj)
 {
-    free_fast(cp, obj, HARDENED ? slab_desc(obj) : NULL);
+    free_fast(cp, obj, HARDENED ? page_owner_of(obj)->aux : 0);
 }
 
-/* The core's free paths have looked the descriptor up already. */
-SK_FASTPATH static void slab_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d) { free_fast(cp, obj, d); }
+/* The core's free paths have looked the owner entry up already. */
+SK_FASTPATH static void slab_free_owned(struct kmem_cache *cp, void *obj, uintptr_t base) { free_fast(cp, obj, base); }
 
 /* --- Cache set-up and tear-down --------------------------------------------- */
 
@@ -1541,7 +1535,7 @@ const struct design_ops slab_design = {
     .alloc = slab_alloc,
     .alloc_checked = slab_alloc_checked,
     .free = slab_free,
-    .free_desc = slab_free_desc,
+    .free_owned = slab_free_owned,
     .reap = slab_reap,
     .thread_exit = slab_thread_exit,
     .stats = slab_stats,

@@ -199,6 +199,7 @@ SK_NOINLINE static struct page_desc *slab_new(struct kmem_cache *cp, int flags)
         s[i].head = s;
         s[i].kind = PAGE_SLAB;
     }
+    page_owner_set(page_address(s), npages, cp, (uintptr_t)s);
     __atomic_fetch_add(&c->slabs, 1, __ATOMIC_RELAXED);
     return s;
 }
@@ -630,12 +631,11 @@ SK_COLD SK_NORETURN static void bad_pointer(struct kmem_cache *cp, void *obj)
     cache_bad_free(cp, obj, "free: invalid pointer (not the start of an object)");
 }
 
-/* Fast path: an object of one of this thread's slabs goes on its LIFO.  d is
- * the descriptor of obj's frame (the core's lookup). */
-SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, struct page_desc *d)
+/* Fast path: an object of one of this thread's slabs goes on its LIFO.  s is
+ * the head descriptor of obj's slab (its pages' owner word). */
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, struct page_desc *s)
 {
     struct slqb_cache *c = slqb(cp);
-    struct page_desc *s = d->head;
     uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(s);
     uint64_t idx = ((uint64_t)off * c->recip) >> RECIP_SHIFT;
     if (unlikely(HARDENED && (idx * c->bsize != off || idx >= c->objs)))
@@ -648,8 +648,11 @@ SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, struct page_desc *d)
     free_slow(cp, l, s, obj);
 }
 
-SK_FASTPATH static void slqb_free(struct kmem_cache *cp, void *obj) { free_fast(cp, obj, page_desc_of(obj)); }
-SK_FASTPATH static void slqb_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d) { free_fast(cp, obj, d); }
+SK_FASTPATH static void slqb_free(struct kmem_cache *cp, void *obj) { free_fast(cp, obj, page_desc_of(obj)->head); }
+SK_FASTPATH static void slqb_free_owned(struct kmem_cache *cp, void *obj, uintptr_t head)
+{
+    free_fast(cp, obj, (struct page_desc *)head);
+}
 
 /* --- Thread exit, reap --------------------------------------------------- */
 
@@ -912,7 +915,7 @@ const struct design_ops slqb_design = {
     .alloc = slqb_alloc,
     .alloc_checked = slqb_alloc_checked,
     .free = slqb_free,
-    .free_desc = slqb_free_desc,
+    .free_owned = slqb_free_owned,
     .reap = slqb_reap,
     .thread_exit = slqb_thread_exit,
     .stats = slqb_stats,

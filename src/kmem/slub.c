@@ -191,6 +191,7 @@ static struct page_desc *new_slab(struct kmem_cache *cp, struct slub_cache *sc, 
         head[i].head = head;
         head[i].kind = PAGE_SLAB;
     }
+    page_owner_set(mem, npages, cp, 0);
     unsigned objects = (unsigned)((PAGE_SIZE << order) / sc->bufsize);
     char *p = mem;
     if (cp->ctor)
@@ -839,10 +840,10 @@ SK_FASTPATH static void slub_free(struct kmem_cache *cp, void *obj)
     slub_free_slow(cp, obj, c);
 }
 
-/* The active-slab test needs no descriptor: the core's lookup is unused. */
-SK_FASTPATH static void slub_free_desc(struct kmem_cache *cp, void *obj, struct page_desc *d)
+/* The active-slab test needs no descriptor: the owner word is unused. */
+SK_FASTPATH static void slub_free_owned(struct kmem_cache *cp, void *obj, uintptr_t aux)
 {
-    (void)d;
+    (void)aux;
     slub_free(cp, obj);
 }
 
@@ -1059,7 +1060,7 @@ const struct design_ops slub_design = {
     .alloc = slub_alloc,
     .alloc_checked = slub_alloc_checked,
     .free = slub_free,
-    .free_desc = slub_free_desc,
+    .free_owned = slub_free_owned,
     .reap = slub_reap,
     .thread_exit = slub_thread_exit,
     .stats = slub_stats,

@@ -97,15 +97,16 @@ SK_INLINE void *malloc_fast(size_t size)
     return malloc_slow(size);
 }
 
-/* free(p): the page descriptor names the owner (O(1)); a slab page goes
- * straight to the design, which checks the pointer starts an object and is
- * not an immediate double free.  Everything else (NULL, large and huge
- * blocks, SLOB pages, bootstrap memory, bad pointers) is the slow path. */
+/* free(p): the page's owner entry names the cache (O(1); 16 bytes where the
+ * descriptor is a cache line: page.h); a slab page goes straight to the
+ * design, which checks the pointer starts an object and is not an immediate
+ * double free.  Everything else (NULL, large and huge blocks, SLOB pages,
+ * bootstrap memory, bad pointers) is the slow path. */
 SK_INLINE void free_fast(void *p)
 {
-    struct page_desc *d;
-    if (likely(page_desc_lookup(p, &d)) && likely(d->kind == PAGE_SLAB)) {
-        sk_design.free_desc(d->cache, p, d);
+    struct page_owner *o;
+    if (likely(page_owner_lookup(p, &o)) && likely(o->cache != NULL)) {
+        sk_design.free_owned(o->cache, p, o->aux);
         return;
     }
     free_slow(p);

@@ -306,11 +306,18 @@ SK_INLINE void free_block(struct page_desc *d, unsigned order)
     page_free_slow(d, order);
 }
 
+/* A freed block is nobody's slab any more (page_owner_set). */
+SK_INLINE void owner_clear(void *addr, size_t npages)
+{
+    memset(page_owner_of(addr), 0, npages * sizeof(struct page_owner));
+}
+
 void page_free(void *addr, unsigned order)
 {
     struct page_desc *d = page_desc_of(addr);
     if (unlikely(!block_ok(d, addr, order)))
         bad_free("page_free", addr, order, false);
+    owner_clear(addr, (size_t)1 << order);
     free_block(d, order);
 }
 
@@ -330,6 +337,7 @@ void page_free_exact(void *addr, size_t npages)
     struct page_desc *d = page_desc_of(addr);
     if (unlikely(!block_ok(d, addr, order)))
         bad_free("page_free_exact", addr, order, false);
+    owner_clear(addr, npages);
     page_clear_tails(d, 1, npages);
     page_be->free_range(d, npages, (int)order, -1);
     page_note_freed((int64_t)npages);
@@ -358,6 +366,7 @@ bool page_resize_exact(void *addr, size_t old_npages, size_t new_npages)
     int from = new_order != old_order ? (int)old_order : -1;
     int to = new_order != old_order ? (int)new_order : -1;
     if (new_npages < old_npages) {
+        owner_clear((char *)addr + (new_npages << PAGE_SHIFT), old_npages - new_npages);
         page_clear_tails(d, new_npages, old_npages);
         d->order = (uint8_t)new_order;
         page_be->free_range(d + new_npages, old_npages - new_npages, from, to);

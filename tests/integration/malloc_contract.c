@@ -357,6 +357,25 @@ static void double_free(void *arg)
     free(p);
 }
 
+/* A free of a block whose slab has gone back to the page layer: malloc_trim
+ * reaps the depot and the free slabs, and the page's owner entry goes with
+ * the page, so the free takes the checked path and is reported, whatever the
+ * page has become since (were the entry left, the block would go on a
+ * magazine and be handed out twice). */
+static void stale_free(void *arg)
+{
+    (void)arg;
+    enum { N = 4096 };                 /* 2 MiB: the middle block's slab leaves the thread's magazines */
+    static char *blocks[N];
+    for (int i = 0; i < N; i++)
+        blocks[i] = malloc(512);
+    bad_ptr = blocks[N / 2];
+    for (int i = 0; i < N; i++)
+        free(blocks[i]);
+    malloc_trim(0);
+    free(bad_ptr);
+}
+
 static void test_bad_frees(void)
 {
     struct child_result r;
@@ -389,6 +408,10 @@ static void test_bad_frees(void)
     run_in_child(free_it, NULL, &r);
     CHECK(reported(&r, bad_ptr, "invalid", "interior"), "free(p+4096) of 64 KiB: %s", r.err);
     free(p);
+
+    run_in_child(stale_free, NULL, &r);
+    CHECK(child_aborted(&r) && strstr(r.err, "slabkit: error: free:"), "free after its slab went back: status %d, %s",
+          r.status, r.err);
 
     size_t sizes[] = { 16, 64, 1000, 64 << 10 };
     for (size_t k = 0; k < ARRAY_SIZE(sizes); k++) {
