@@ -22,6 +22,7 @@ static struct sk_thread thread_exited = { .cpu = NO_CPU_STATE, .state = THREAD_E
 __thread struct sk_thread *sk_self __attribute__((tls_model("initial-exec"))) = &thread_unattached;
 struct sk_lock thread_list_lock = SK_LOCK_INIT;
 struct sk_thread *thread_list;
+static unsigned threads_live;          /* on thread_list, under thread_list_lock */
 
 static struct sk_lock pool_lock = SK_LOCK_INIT;
 static struct sk_thread *pool;          /* released structs, linked by next */
@@ -105,6 +106,7 @@ struct sk_thread *thread_attach(void)
     if (thread_list)
         thread_list->prev = t;
     thread_list = t;
+    page_threads_live(++threads_live);
     lock_release(&thread_list_lock);
     ensure_key();
     sk_self = t;
@@ -178,6 +180,7 @@ static void thread_release(struct sk_thread *t)
         thread_list = t->next;
     if (t->next)
         t->next->prev = t->prev;
+    page_threads_live(--threads_live);
     lock_release(&thread_list_lock);
     slots_free(t->cpu_more, t->cpu_more_len);
     pool_put(t);
@@ -213,4 +216,6 @@ void thread_fork_child(void)
     thread_list = self->state == THREAD_LIVE ? self : NULL;
     if (thread_list)
         self->prev = self->next = NULL;
+    threads_live = thread_list ? 1 : 0;
+    page_threads_live(threads_live);
 }

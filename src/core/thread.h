@@ -89,6 +89,9 @@ SK_INLINE bool thread_cpu_present(const void *cpu) { return cpu != NULL && cpu !
 /* Implemented by the layers: give back what t caches.  Called at thread exit. */
 void cache_thread_exit(struct sk_thread *t);
 void page_thread_exit(struct sk_thread *t);
+/* ...and told how many threads are live whenever that changes (under
+ * thread_list_lock): per-thread caches share out their bounds. */
+void page_threads_live(unsigned n);
 
 /* Fork: the prepare/parent hooks lock/unlock thread_list_lock; the child hook
  * resets the locks and keeps only the forking thread on the list (the

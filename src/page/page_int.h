@@ -24,9 +24,15 @@
 #define REGION_WORDS      (REGION_PAGES / 64)                        /* 256 bitmap words */
 
 /* Linux pcp for a large zone (mm/page_alloc.c, zone_batchsize/pageset_set_high):
- * batch = 63, high = 6 * batch. */
+ * batch = 63, high = 6 * batch -- per CPU.  Our lists are per thread, so the
+ * high mark is PCP_ALL_PAGES shared out among the live threads, between
+ * PCP_BATCH and Linux's 6 * batch (pcp_high, pcp.c): 16 threads that had each
+ * freed 20 MB kept 378 pages apiece, 24 MB, past malloc_trim, which can only
+ * drain its caller's list. */
 #define PCP_BATCH 63
-#define PCP_HIGH  (6 * PCP_BATCH)
+#define PCP_HIGH_MAX  (6 * PCP_BATCH)
+#define PCP_ALL_PAGES 1024                    /* 4 MiB */
+extern unsigned pcp_high;
 
 /* Free blocks (buddy) or aligned free runs (iBuddy) of at least this order are
  * given back to the OS when they stay free: 64 KiB, so madvise calls are few

@@ -97,10 +97,14 @@ SK_NOINLINE static void purge_check(void)
  * ends' free pages have grown by PURGE_NOW_PAGES since the last pass (frees
  * minus what was taken again: a program that churns blocks of any size never
  * gets there), a pass runs at once and ignores the delay (what glibc does for
- * its mmapped chunks, at a much smaller size).  Measured (tests/integration/
- * malloc_return.c, idle mode): 300 MiB freed, then no call: 80 MiB at most
- * stay. */
-#define PURGE_NOW_PAGES ((int64_t)16384)       /* 64 MiB */
+ * its mmapped chunks and the top of its heap, at a smaller size).  Measured
+ * (tests/integration/malloc_return.c, idle mode): 300 MiB freed, then no
+ * call: 21-31 MiB stay; 54-71 MiB with 64 MiB here.  Counting only the
+ * resident pages taken again (so that growth into fresh memory is no credit
+ * against later frees) made mallocbench's largemix purge at every 8 MiB of
+ * its churn and take 4x as long: a program that grows by some amount and
+ * frees as much keeps it until its next slow paths. */
+#define PURGE_NOW_PAGES ((int64_t)4096)        /* 16 MiB */
 
 void page_note_freed(int64_t pages)
 {
@@ -298,7 +302,7 @@ SK_INLINE void free_block(struct page_desc *d, unsigned order)
              * never see the new head before its link (a plain mov on x86). */
             __atomic_store_n(&t->pcp_head, d, __ATOMIC_RELEASE);
             __atomic_store_n(&t->pcp_frees, t->pcp_frees + 1, __ATOMIC_RELAXED);
-            if (unlikely(++t->pcp_count > PCP_HIGH))
+            if (unlikely(++t->pcp_count > __atomic_load_n(&pcp_high, __ATOMIC_RELAXED)))
                 pcp_drain(t, PCP_BATCH);
             return;
         }
@@ -452,7 +456,7 @@ void page_stats_print(int fd)
 {
     struct slabkit_page_stats s;
     slabkit_page_stats(&s);
-    sk_dprintf(fd, "page layer: %s (lazy list batch %u, high %u)\n", page_be->name, PCP_BATCH, PCP_HIGH);
+    sk_dprintf(fd, "page layer: %s (lazy list batch %u, high %u)\n", page_be->name, PCP_BATCH, pcp_high);
     sk_dprintf(fd, "  held %llu pages (%llu KiB), free %llu, lazy %llu, returned %llu (cumulative)\n",
                (unsigned long long)s.pages_held, (unsigned long long)(s.pages_held * 4),
                (unsigned long long)s.pages_free, (unsigned long long)s.pages_lazy,

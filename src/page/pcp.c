@@ -3,7 +3,7 @@
  * free pages (kind PAGE_LAZY, singly linked through desc.free.next from
  * thread.pcp_head, pcp_count of them); the fast paths in pages.c pop and
  * push it without a lock.  An empty list is refilled with PCP_BATCH pages
- * under one back-end lock acquisition; a list above PCP_HIGH gives PCP_BATCH
+ * under one back-end lock acquisition; a list above pcp_high gives PCP_BATCH
  * back (to the buddy, where they coalesce; to the iBuddy, where they are
  * pushed as frames).  We return the most recently freed pages (the top of the
  * list): Linux returns the coldest, but a singly linked list has no tail and
@@ -11,6 +11,15 @@
  * preserve beyond what the next allocation touches).  The list of a thread is
  * only touched by that thread, or by page_thread_exit once it is gone. */
 #include "page_int.h"
+
+unsigned pcp_high = PCP_HIGH_MAX;
+
+void page_threads_live(unsigned n)
+{
+    unsigned high = PCP_ALL_PAGES / (n ? n : 1);
+    high = high < PCP_BATCH ? PCP_BATCH : high > PCP_HIGH_MAX ? PCP_HIGH_MAX : high;
+    __atomic_store_n(&pcp_high, high, __ATOMIC_RELAXED);
+}
 
 bool pcp_refill(struct sk_thread *t)
 {

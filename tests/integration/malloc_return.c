@@ -13,17 +13,25 @@
  *   fast: SLABKIT_RETURN_DELAY_MS=0 and the same activity: back within 1 s.
  * In each case at least 80% of what was touched must be gone.
  *   idle: the default delay and no call at all after the frees: all but the
- *         last 64 MiB freed (a purge runs whenever 64 MiB have gone back)
- *         and the 8 MiB of large blocks kept for reuse must be gone at once;
- *         80 MiB at most may stay.
+ *         last 16 MiB freed (a purge runs whenever 16 MiB have gone back to
+ *         the page layer), the 8 MiB of large blocks kept for reuse, SLAB's
+ *         4 MiB depot budget and a thread's lazy page list must be gone at
+ *         once: 40 MiB at most may stay (21-31 MiB; it was 54-71 MiB with a
+ *         purge at every 64 MiB).
+ *   threads: 8 threads each touch and free 20 MiB of 256-byte blocks, stay
+ *         alive, and the main thread calls malloc_trim(0): what the threads
+ *         keep for themselves (magazines, lazy page lists, their share of
+ *         4 MiB) must stay under 12 MiB (4-8 MiB; it was 12-15 MiB when each thread's
+ *         page list could keep 1.5 MiB).
  *   scatter: 256-byte blocks only, 5% of them (chosen at random) kept: the
  *         pages freed are scattered single frames among kept ones, and
  *         malloc_trim(0) must still return 30% of the growth (about 44% of
  *         the pages hold no kept block: 0.95^16).
- * (A program that frees less than 64 MiB and then never calls the allocator
+ * (A program that frees less than 16 MiB and then never calls the allocator
  * again keeps that free memory until it does, or until malloc_trim: there is
  * no background thread; see docs/malloc.md.) */
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
 #include "malloc_test.h"
@@ -51,6 +59,54 @@ static void **small_blocks(unsigned n)
         memset(blocks[i], 1, 256);
     }
     return blocks;
+}
+
+/* threads mode: see the top of the file. */
+#define THREADS 8
+#define THREAD_N (20u * 1024 * 1024 / 256)
+static pthread_barrier_t freed, trimmed_barrier;
+
+static void *thread_churn(void *arg)
+{
+    (void)arg;
+    void **blocks = small_blocks(THREAD_N);
+    if (blocks) {
+        for (unsigned i = 0; i < THREAD_N; i++)
+            free(blocks[i]);
+        munmap(blocks, THREAD_N * sizeof(void *));
+    }
+    pthread_barrier_wait(&freed);
+    pthread_barrier_wait(&trimmed_barrier);     /* alive, and idle, while main trims */
+    return blocks;
+}
+
+static int child_threads(void)
+{
+    size_t base = rss_anon();
+    pthread_t t[THREADS];
+    pthread_barrier_init(&freed, NULL, THREADS + 1);
+    pthread_barrier_init(&trimmed_barrier, NULL, THREADS + 1);
+    for (int i = 0; i < THREADS; i++)
+        if (pthread_create(&t[i], NULL, thread_churn, NULL))
+            return 3;
+    pthread_barrier_wait(&freed);
+    int trimmed = malloc_trim(0);
+    size_t end = rss_anon();
+    pthread_barrier_wait(&trimmed_barrier);
+    int failed = 0;
+    for (int i = 0; i < THREADS; i++) {
+        void *ok;
+        pthread_join(t[i], &ok);
+        failed += ok == NULL;
+    }
+    size_t kept = end > base ? end - base : 0;
+    printf("threads: RssAnon base %zu MiB, after %d threads freed %u MiB each and malloc_trim: %zu MiB\n",
+           base >> 20, THREADS, THREAD_N * 256 >> 20, end >> 20);
+    if (failed)
+        return 3;
+    if (kept > ((size_t)12 << 20))
+        return 5;
+    return trimmed == 0 ? 6 : 0;
 }
 
 /* scatter mode: keep 1 block in 20, at random; trim; check what came back. */
@@ -94,6 +150,8 @@ static int child(const char *mode)
     unsigned small_n = design && strcmp(design, "slob") == 0 ? SLOB_SMALL_N : SMALL_N;
     if (strcmp(mode, "scatter") == 0)
         return child_scatter(small_n / 2);
+    if (strcmp(mode, "threads") == 0)
+        return child_threads();
     size_t expect = (size_t)small_n * 256 + (size_t)MID_N * 65536 + (size_t)HUGE_N * (5 << 20);
     size_t base = rss_anon();
     void **small = small_blocks(small_n);
@@ -152,7 +210,7 @@ static int child(const char *mode)
     fflush(stdout);
     if (touched < expect / 10 * 8)
         return 4;                              /* the test did not measure what it meant to */
-    if (strcmp(mode, "idle") == 0 ? kept > ((size_t)80 << 20) : kept > touched / 5)
+    if (strcmp(mode, "idle") == 0 ? kept > ((size_t)40 << 20) : kept > touched / 5)
         return 5;
     if (trimmed == 0)
         return 6;
@@ -164,8 +222,8 @@ int main(int argc, char **argv)
     if (argc == 2)
         return child(argv[1]);
     require_slabkit();
-    const char *modes[] = { "trim", "wait", "fast", "idle", "scatter" };
-    for (int k = 0; k < 5; k++) {
+    const char *modes[] = { "trim", "wait", "fast", "idle", "scatter", "threads" };
+    for (int k = 0; k < (int)ARRAY_SIZE(modes); k++) {
         fflush(stdout);
         pid_t pid = fork();
         REQUIRE(pid >= 0);
