@@ -24,6 +24,9 @@
  * means something: glibc's time over its time ("ceiling") is the highest
  * ratio any allocator can reach against glibc in this harness, because the
  * loop, the opaque calls and the touch of each block cost everyone the same.
+ * "net" is the ratio of the two allocators' own parts: glibc's time minus
+ * the floor's over slabkit's minus the floor's ("floor" when slabkit is
+ * within 2% of it).
  *
  *   mallocbench [--full] [--repeat N] [--designs slub,slab,...] [--json] */
 #include <stdbool.h>
@@ -416,7 +419,7 @@ int main(int argc, char **argv)
     printf("%-9s", "pattern");
     for (int a = 0; a < nalloc; a++)
         printf(" %17s", allocs[a].name);
-    printf(" %9s %9s %8s %8s\n", "glibc/sk", "best/sk", "rss sk/g", "ceiling");
+    printf(" %9s %9s %8s %8s %8s\n", "glibc/sk", "best/sk", "rss sk/g", "ceiling", "net");
     int miss2x = 0, missbest = 0, missrss = 0, beyond = 0;
     for (size_t p = 0; p < NPAT; p++) {
         printf("%-9s", patterns[p].name);
@@ -437,6 +440,13 @@ int main(int argc, char **argv)
             if (fl >= 0 && med[p][fl] > 0) {
                 double ceiling = med[p][0] / med[p][fl];
                 printf(" %8.2f", ceiling);
+                /* Net of the harness: each allocator's time minus the null
+                 * allocator's, the part an allocator can change. */
+                double own = med[p][sk] - med[p][fl], own_glibc = med[p][0] - med[p][fl];
+                if (own > 0.02 * med[p][fl])
+                    printf(" %8.2f", own_glibc / own);
+                else
+                    printf(" %8s", "floor");
                 if (patterns[p].single && vg < 2 && ceiling < 2) beyond++;
             }
             if (patterns[p].single && vg < 2) miss2x++;
