@@ -102,6 +102,16 @@ static uint64_t slob_secret;
 /* Counters under slob_lock. */
 static struct slob_stats gstats;
 
+/* The ticker (cache.h): SLOB's frees all take slob_lock but need not reach
+ * the page layer, so their count drives the timed purge.  slob_lock held;
+ * true when the caller should run the check (after releasing it). */
+static uint64_t slob_frees_counted;
+
+SK_INLINE bool slob_tick_locked(void)
+{
+    return (++slob_frees_counted & (CACHE_TICK - 1)) == 0;
+}
+
 /* --- Helpers over one page's blocks (Linux set_slob/slob_units/slob_next) - */
 
 SK_INLINE struct slob_page *sp_of(struct page_desc *d) { return (struct slob_page *)d->priv; }
@@ -460,7 +470,10 @@ static void slob_kfree(void *p)
     lock_acquire(&slob_lock);
     gstats.kmalloc_frees++;
     gstats.kmalloc_bytes -= size;
+    bool tick = slob_tick_locked();
     lock_release(&slob_lock);
+    if (unlikely(tick))
+        page_purge_check();
 }
 
 static size_t slob_ksize(const void *p)
@@ -549,7 +562,10 @@ static void slob_cache_free(struct kmem_cache *cp, void *obj)
     }
     lock_acquire(&slob_lock);
     sc->frees++;
+    bool tick = slob_tick_locked();
     lock_release(&slob_lock);
+    if (unlikely(tick))
+        page_purge_check();
 }
 
 static void slob_cache_fini(struct kmem_cache *cp)

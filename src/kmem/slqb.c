@@ -83,6 +83,7 @@ struct slqb_list {
     void *head;                    /* LIFO of free objects */
     unsigned long nr;
     uint32_t fpoff;                /* copy of the cache's, next to head */
+    uint16_t ticks;                /* fast-path frees not yet in frees (cache.h's ticker) */
     uint64_t allocs, frees;        /* statistics, summed by slqb_stats */
     struct page_desc *partial, *full;   /* this list's slabs */
     void *rhead, *rtail;           /* rlist: objects of rdest's slabs */
@@ -435,6 +436,20 @@ static bool claim_remote(struct kmem_cache *cp, struct slqb_list *l)
     return true;
 }
 
+/* The ticker's carry (cache.h). */
+/* A push that carried the ticker (cache.h) or passed the high watermark:
+ * one call at the end of the fast path, so it sets up no frame. */
+SK_NOINLINE SK_COLD static void lifo_push_slow(struct kmem_cache *cp, struct slqb_list *l, bool tick)
+{
+    struct slqb_cache *c = slqb(cp);
+    if (tick) {
+        l->frees += CACHE_TICK;
+        page_purge_check();
+    }
+    if (l->nr > c->hiwater)
+        flush_free_list(cp, l, c->freebatch);
+}
+
 SK_INLINE void lifo_push(struct kmem_cache *cp, struct slqb_list *l, void *obj)
 {
     struct slqb_cache *c = slqb(cp);
@@ -442,9 +457,9 @@ SK_INLINE void lifo_push(struct kmem_cache *cp, struct slqb_list *l, void *obj)
         double_free(cp, obj, "at the head of this thread's free list");
     set_next(cp, obj, l->fpoff, l->head);
     l->head = obj;
-    l->frees++;
-    if (unlikely(++l->nr > c->hiwater))
-        flush_free_list(cp, l, c->freebatch);
+    bool tick = ++l->ticks == 0;
+    if (unlikely(++l->nr > c->hiwater || tick))
+        lifo_push_slow(cp, l, tick);
 }
 
 /* --- Per-thread lists ---------------------------------------------------- */
@@ -825,7 +840,7 @@ static void slqb_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
     lock_acquire(&c->lists_lock);
     for (struct slqb_list *l = c->all; l; l = l->all_next) {
         allocs += LOAD(l->allocs);
-        frees += LOAD(l->frees);
+        frees += LOAD(l->frees) + LOAD(l->ticks);
         cached += LOAD(l->nr) + LOAD(l->rnr) + LOAD(l->rf_nr);
     }
     lock_release(&c->lists_lock);

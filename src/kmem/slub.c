@@ -114,6 +114,7 @@ struct slub_cpu {
     size_t fp_off;
     uint64_t div_m;
     unsigned partial_slabs;         /* length of the cpu partial list */
+    uint16_t ticks;                 /* fast-path frees not yet in frees (cache.h's ticker) */
     uint64_t allocs, frees;         /* this thread's, folded in at thread exit */
     struct page_desc *slab;         /* the active slab (frozen), or NULL */
     struct page_desc *partial;      /* cpu partial slabs (frozen), through slub_slab.next, */
@@ -425,8 +426,9 @@ static void cpu_flush(struct kmem_cache *cp, struct slub_cache *sc, struct slub_
     c->partial = c->partial_tail = NULL;
     c->partial_slabs = 0;
     __atomic_fetch_add(&sc->allocs, c->allocs, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&sc->frees, c->frees, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&sc->frees, c->frees + c->ticks, __ATOMIC_RELAXED);
     c->allocs = c->frees = 0;
+    c->ticks = 0;
 }
 
 /* Append a frozen slab to the thread's cpu partial list (FIFO). */
@@ -775,6 +777,13 @@ SK_COLD SK_NORETURN static void slub_free_bad(struct kmem_cache *cp, struct slub
 }
 
 /* An object of the thread's active slab goes on its private list. */
+/* The ticker's carry (cache.h). */
+SK_NOINLINE SK_COLD static void slub_tick(struct slub_cpu *c)
+{
+    c->frees += CACHE_TICK;
+    page_purge_check();
+}
+
 SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
 {
     uintptr_t off = (uintptr_t)obj - c->base;
@@ -784,7 +793,8 @@ SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_cpu *c, void *o
             slub_free_bad(cp, c, obj);
         set_fp(cp, obj, c->fp_off, head);
         c->freelist = obj;
-        c->frees++;
+        if (unlikely(++c->ticks == 0))
+            slub_tick(c);
         return true;
     }
     return false;
@@ -1014,7 +1024,7 @@ static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
         struct slub_cpu *c = slot ? __atomic_load_n((struct slub_cpu **)slot, __ATOMIC_ACQUIRE) : NULL;
         if (thread_cpu_present(c)) {
             allocs += __atomic_load_n(&c->allocs, __ATOMIC_RELAXED);
-            frees += __atomic_load_n(&c->frees, __ATOMIC_RELAXED);
+            frees += __atomic_load_n(&c->frees, __ATOMIC_RELAXED) + __atomic_load_n(&c->ticks, __ATOMIC_RELAXED);
         }
     }
     lock_release(&thread_list_lock);

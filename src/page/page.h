@@ -189,6 +189,11 @@ void page_init(void);
  * (kmem/large.c), or its users' memory would never be returned. */
 void page_purge_tick(void);
 
+/* The timed check itself (one coarse-clock read; a pass at most every
+ * 100 ms), for a layer that counts its own activity: a program whose calls
+ * all stay on the object layer's fast paths reaches no page-layer path. */
+void page_purge_check(void);
+
 /* A naturally aligned block of 2^order pages, or NULL (KM_NOSLEEP, or the OS
  * refused).  With KM_SLEEP the caller handles NULL by reaping and retrying
  * (the page layer itself never aborts on exhaustion). */

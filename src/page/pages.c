@@ -77,7 +77,7 @@ static size_t purge_pass(bool all, uint64_t now)
     return pages;
 }
 
-SK_NOINLINE static void purge_check(void)
+SK_NOINLINE void page_purge_check(void)
 {
     uint64_t now = os_now_ms();
     __atomic_store_n(&page_clock_ms, now, __ATOMIC_RELAXED);
@@ -122,7 +122,7 @@ void page_purge_tick(void)
     unsigned n = __atomic_load_n(&purge_ticks, __ATOMIC_RELAXED) + 1;
     __atomic_store_n(&purge_ticks, n, __ATOMIC_RELAXED);
     if (unlikely((n & 31) == 0))
-        purge_check();
+        page_purge_check();
 }
 
 size_t page_reap(void)

@@ -18,6 +18,10 @@
  *         4 MiB depot budget and a thread's lazy page list must be gone at
  *         once: 40 MiB at most may stay (21-31 MiB; it was 54-71 MiB with a
  *         purge at every 64 MiB).
+ *   steady: 256-byte blocks only, all freed, then only small malloc/free
+ *         pairs that never leave the fast paths (bursts of 1000 every
+ *         millisecond): the fast paths' ticker (kmem/cache.h) must still run
+ *         the timed purge, 80% back within 4 s (nothing came back before it).
  *   threads: 8 threads each touch and free 20 MiB of 256-byte blocks, stay
  *         alive, and the main thread calls malloc_trim(0): what the threads
  *         keep for themselves (magazines, lazy page lists, their share of
@@ -59,6 +63,47 @@ static void **small_blocks(unsigned n)
         memset(blocks[i], 1, 256);
     }
     return blocks;
+}
+
+/* small_blocks(n), with RssAnon before (*base) and after (*peak). */
+static void **small_blocks_measured(unsigned n, size_t *base, size_t *peak)
+{
+    *base = rss_anon();
+    void **blocks = small_blocks(n);
+    *peak = rss_anon();
+    return blocks;
+}
+
+/* steady mode: see the top of the file. */
+static int child_steady(unsigned n)
+{
+    size_t base, peak;
+    void **blocks = small_blocks_measured(n, &base, &peak);
+    if (!blocks)
+        return 3;
+    for (unsigned i = 0; i < n; i++)
+        free(blocks[i]);
+    munmap(blocks, n * sizeof(void *));
+    size_t touched = peak > base ? peak - base : 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double waited = 0;
+    while (waited < 4.0 && rss_anon() >= base + touched / 5) {
+        for (int k = 0; k < 1000; k++) {
+            char *q = opaque_malloc(64 + (size_t)(k & 7) * 16);
+            q[0] = 1;
+            free(q);
+        }
+        usleep(1000);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    }
+    size_t end = rss_anon(), kept = end > base ? end - base : 0;
+    printf("steady: RssAnon base %zu MiB, peak %zu MiB, after %.2f s of fast-path traffic %zu MiB\n",
+           base >> 20, peak >> 20, waited, end >> 20);
+    if (touched < (size_t)n * 256 / 10 * 8)
+        return 4;
+    return kept > touched / 5 ? 5 : 0;
 }
 
 /* threads mode: see the top of the file. */
@@ -112,11 +157,10 @@ static int child_threads(void)
 /* scatter mode: keep 1 block in 20, at random; trim; check what came back. */
 static int child_scatter(unsigned n)
 {
-    size_t base = rss_anon();
-    void **blocks = small_blocks(n);
+    size_t base, peak;
+    void **blocks = small_blocks_measured(n, &base, &peak);
     if (!blocks)
         return 3;
-    size_t peak = rss_anon();
     uint64_t s = 42, kept_blocks = 0;
     for (unsigned i = 0; i < n; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -152,6 +196,8 @@ static int child(const char *mode)
         return child_scatter(small_n / 2);
     if (strcmp(mode, "threads") == 0)
         return child_threads();
+    if (strcmp(mode, "steady") == 0)
+        return child_steady(small_n / 2);
     size_t expect = (size_t)small_n * 256 + (size_t)MID_N * 65536 + (size_t)HUGE_N * (5 << 20);
     size_t base = rss_anon();
     void **small = small_blocks(small_n);
@@ -222,7 +268,7 @@ int main(int argc, char **argv)
     if (argc == 2)
         return child(argv[1]);
     require_slabkit();
-    const char *modes[] = { "trim", "wait", "fast", "idle", "scatter", "threads" };
+    const char *modes[] = { "trim", "wait", "fast", "idle", "scatter", "threads", "steady" };
     for (int k = 0; k < (int)ARRAY_SIZE(modes); k++) {
         fflush(stdout);
         pid_t pid = fork();
