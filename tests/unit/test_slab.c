@@ -438,12 +438,26 @@ static void test_thread_exit_depot(void)
  * 1 MiB of frees: the first is reaped to its thread's two magazines, the
  * second keeps the rest of its own (it kept 150 KiB when the budget went to
  * whichever cache filled it first). */
-static uint64_t mass_free(const char *name, kmem_cache_t *cp, int n, void **objs, uint64_t *peak_slabs)
+static void alloc_filled(kmem_cache_t *cp, int n, void **objs)
 {
     for (int i = 0; i < n; i++) {
         objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
         memset(objs[i], 0x5a, 256);
     }
+}
+
+/* The 256-byte cache `name` holds at least `bytes` of the n objects it was
+ * just given back in its magazines (why: what it would mean if not). */
+static void check_cached_at_least(const char *name, uint64_t bytes, int n, const char *why)
+{
+    struct slabkit_cache_stats st = stats_of(name);
+    CHECK(st.cached_objs * 256 >= bytes, "%s caches only %lu of %d objects: %s", name, (unsigned long)st.cached_objs,
+          n, why);
+}
+
+static uint64_t mass_free(const char *name, kmem_cache_t *cp, int n, void **objs, uint64_t *peak_slabs)
+{
+    alloc_filled(cp, n, objs);
     *peak_slabs = stats_of(name).num_slabs;
     for (int i = 0; i < n; i++)
         kmem_cache_free(cp, objs[i]);
@@ -452,6 +466,27 @@ static uint64_t mass_free(const char *name, kmem_cache_t *cp, int n, void **objs
     printf("mass free %s: %lu slabs at the peak, %lu after the free (%lu objects cached)\n", name,
            (unsigned long)*peak_slabs, (unsigned long)st.num_slabs, (unsigned long)st.cached_objs);
     return st.num_slabs * st.pages_per_slab * 4096;
+}
+
+/* A new 256-byte cache `name` after a mass free of n objects. */
+static kmem_cache_t *cache_mass_freed(const char *name, int n, void **objs)
+{
+    uint64_t peak;
+    kmem_cache_t *cp = kmem_cache_create(name, 256, 0, NULL, NULL);
+    REQUIRE(cp, "kmem_cache_create(%s)", name);
+    mass_free(name, cp, n, objs, &peak);
+    return cp;
+}
+
+/* A cache reaped completely while idle keeps only its thread's two
+ * magazines and the slabs their buffers pin. */
+static void check_reaped_to_magazines(const char *name, const char *after)
+{
+    struct slabkit_cache_stats st = stats_of(name);
+    uint64_t hostage = (2 * st.batchcount + st.objs_per_slab - 1) / st.objs_per_slab + 1;
+    CHECK(st.cached_objs <= 2 * st.batchcount && st.num_slabs <= hostage,
+          "idle %s still holds %lu cached objects in %lu slabs %s", name, (unsigned long)st.cached_objs,
+          (unsigned long)st.num_slabs, after);
 }
 
 static void test_mass_free_bounded(void)
@@ -471,14 +506,8 @@ static void test_mass_free_bounded(void)
           "dtor ran %ld times for %lu destroyed slabs of %lu", atomic_load(&n_dtor),
           (unsigned long)(peak_a - st.num_slabs), (unsigned long)st.objs_per_slab);
     mass_free("slab_mass_b", b, NB, objs, &peak_b);
-    st = stats_of("slab_mass_b");
-    CHECK(st.cached_objs * 256 >= (3u << 18), "slab_mass_b caches only %lu of its %d objects: the idle cache kept the budget",
-          (unsigned long)st.cached_objs, NB);
-    st = stats_of("slab_mass_a");
-    uint64_t hostage = (2 * st.batchcount + st.objs_per_slab - 1) / st.objs_per_slab + 1;
-    CHECK(st.cached_objs <= 2 * st.batchcount && st.num_slabs <= hostage,
-          "idle slab_mass_a still holds %lu cached objects in %lu slabs", (unsigned long)st.cached_objs,
-          (unsigned long)st.num_slabs);
+    check_cached_at_least("slab_mass_b", 3u << 18, NB, "the idle cache kept the budget");
+    check_reaped_to_magazines("slab_mass_a", "after slab_mass_b freed 2 MiB");
     kmem_cache_destroy(a);
     kmem_cache_destroy(b);
     CHECK(atomic_load(&n_dtor) == atomic_load(&n_ctor), "destroy: dtor %ld of ctor %ld", atomic_load(&n_dtor),
@@ -496,22 +525,11 @@ static void test_growth_reclaims_idle(void)
     cache_reap_all_urgent();
     enum { NA = 8000, NB = 16000 };          /* 2 MiB, then 4 MiB, of 256 B */
     void **objs = calloc(NB, sizeof *objs);
-    uint64_t peak;
-    kmem_cache_t *a = kmem_cache_create("slab_idle_a", 256, 0, NULL, NULL);
-    mass_free("slab_idle_a", a, NA, objs, &peak);
-    struct slabkit_cache_stats st = stats_of("slab_idle_a");
-    CHECK(st.cached_objs * 256 >= (3u << 19), "slab_idle_a caches only %lu of %d objects under the budget",
-          (unsigned long)st.cached_objs, NA);
+    kmem_cache_t *a = cache_mass_freed("slab_idle_a", NA, objs);
+    check_cached_at_least("slab_idle_a", 3u << 19, NA, "under the budget");
     kmem_cache_t *b = kmem_cache_create("slab_idle_b", 256, 0, NULL, NULL);
-    for (int i = 0; i < NB; i++) {
-        objs[i] = kmem_cache_alloc(b, KM_SLEEP);
-        memset(objs[i], 0x6b, 256);
-    }
-    st = stats_of("slab_idle_a");
-    uint64_t hostage = (2 * st.batchcount + st.objs_per_slab - 1) / st.objs_per_slab + 1;
-    CHECK(st.cached_objs <= 2 * st.batchcount && st.num_slabs <= hostage,
-          "idle slab_idle_a still holds %lu cached objects in %lu slabs after slab_idle_b grew by 4 MiB",
-          (unsigned long)st.cached_objs, (unsigned long)st.num_slabs);
+    alloc_filled(b, NB, objs);
+    check_reaped_to_magazines("slab_idle_a", "after slab_idle_b grew by 4 MiB");
     for (int i = 0; i < NB; i++)
         kmem_cache_free(b, objs[i]);
     kmem_cache_destroy(a);
@@ -527,15 +545,9 @@ static void test_destroy_forgets_depot(void)
     cache_reap_all_urgent();
     enum { NA = 24000, NB = 8000 };          /* 6 MiB, then 2 MiB, of 256 B */
     void **objs = calloc(NA, sizeof *objs);
-    uint64_t peak;
-    kmem_cache_t *a = kmem_cache_create("slab_gone", 256, 0, NULL, NULL);
-    mass_free("slab_gone", a, NA, objs, &peak);
-    kmem_cache_destroy(a);
-    kmem_cache_t *b = kmem_cache_create("slab_after", 256, 0, NULL, NULL);
-    mass_free("slab_after", b, NB, objs, &peak);
-    struct slabkit_cache_stats st = stats_of("slab_after");
-    CHECK(st.cached_objs * 256 >= (3u << 19), "slab_after caches %lu of %d objects: the destroyed cache's depot "
-          "still counts against the budget", (unsigned long)st.cached_objs, NB);
+    kmem_cache_destroy(cache_mass_freed("slab_gone", NA, objs));
+    kmem_cache_t *b = cache_mass_freed("slab_after", NB, objs);
+    check_cached_at_least("slab_after", 3u << 19, NB, "the destroyed cache's depot still counts against the budget");
     kmem_cache_destroy(b);
     free(objs);
 }
