@@ -170,6 +170,12 @@ struct kmem_cache *kmalloc_cache_get(unsigned c)
     return cp;
 }
 
+SK_NOINLINE void cache_tick_carry(uint64_t *frees)
+{
+    *frees += CACHE_TICK;
+    page_purge_check();
+}
+
 /* free_owned for designs without one, and under the debug layer (whose free
  * wrapper must see every free): a tail jump to free. */
 static void cache_free_owned_shim(struct kmem_cache *cp, void *obj, uintptr_t aux)

@@ -213,13 +213,15 @@ SK_INLINE void *cache_cpu(struct kmem_cache *cp)
 
 /* The fast free paths' clock ticker.  A design counts a thread's frees of a
  * cache in a 16-bit `ticks` (the low part of its frees statistic) and, when
- * it wraps, adds CACHE_TICK to the statistic and calls page_purge_check():
+ * it wraps, calls cache_tick_carry(&frees), which adds CACHE_TICK to the
+ * statistic and runs page_purge_check():
  * a program whose traffic never leaves the fast paths takes no slow path,
  * and the memory it had freed stayed resident for good (100 MB of 256-byte
  * blocks freed, then 3 s of malloc/free pairs: nothing returned; 13 MB
  * resident with the ticker).  jemalloc's tcache ticker does the same.  The
  * fast path still makes one add, now with a branch on its carry. */
 #define CACHE_TICK ((uint64_t)1 << 16)
+void cache_tick_carry(uint64_t *frees) SK_COLD;
 
 /* For fast paths: this thread's state for cp, never NULL and with no test --
  * CPU_EMPTY (all zero, read-only) whenever there is none, which every design

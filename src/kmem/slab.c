@@ -1081,13 +1081,6 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
     cpu->moved_out++;              /* as if it passed through a magazine */
 }
 
-/* The ticker's carry (cache.h). */
-SK_NOINLINE SK_COLD static void slab_tick(struct slab_cpu *cpu)
-{
-    cpu->frees += CACHE_TICK;
-    page_purge_check();
-}
-
 /* All frees a thread's state has counted. */
 SK_INLINE uint64_t cpu_frees(const struct slab_cpu *cpu)
 {
@@ -1111,7 +1104,7 @@ SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base)
         *t = obj;
         cpu->top = t + 1;
         if (unlikely(++cpu->ticks == 0))
-            slab_tick(cpu);
+            cache_tick_carry(&cpu->frees);
         return;
     }
 slow:

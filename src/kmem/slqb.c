@@ -442,10 +442,8 @@ static bool claim_remote(struct kmem_cache *cp, struct slqb_list *l)
 SK_NOINLINE SK_COLD static void lifo_push_slow(struct kmem_cache *cp, struct slqb_list *l, bool tick)
 {
     struct slqb_cache *c = slqb(cp);
-    if (tick) {
-        l->frees += CACHE_TICK;
-        page_purge_check();
-    }
+    if (tick)
+        cache_tick_carry(&l->frees);
     if (l->nr > c->hiwater)
         flush_free_list(cp, l, c->freebatch);
 }

@@ -777,13 +777,6 @@ SK_COLD SK_NORETURN static void slub_free_bad(struct kmem_cache *cp, struct slub
 }
 
 /* An object of the thread's active slab goes on its private list. */
-/* The ticker's carry (cache.h). */
-SK_NOINLINE SK_COLD static void slub_tick(struct slub_cpu *c)
-{
-    c->frees += CACHE_TICK;
-    page_purge_check();
-}
-
 SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
 {
     uintptr_t off = (uintptr_t)obj - c->base;
@@ -794,7 +787,7 @@ SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_cpu *c, void *o
         set_fp(cp, obj, c->fp_off, head);
         c->freelist = obj;
         if (unlikely(++c->ticks == 0))
-            slub_tick(c);
+            cache_tick_carry(&c->frees);
         return true;
     }
     return false;
