@@ -168,8 +168,8 @@ void *large_cache_take(size_t npages)
             d->priv[0] = npages;
         }
     }
-    large_age(os_now_ms());
     page_purge_tick();
+    large_age(page_now_ms());
     return d ? page_address(d) : NULL;
 }
 
@@ -178,7 +178,8 @@ bool large_cache_put(struct page_desc *d)
     size_t npages = d->priv[0];
     if (npages > LARGE_CACHE_PAGES || npages != large_pages_round(npages) || d->priv[2] == LARGE_RESIZED)
         return false;
-    uint64_t now = os_now_ms();
+    page_purge_tick();                     /* first: it may refresh the clock */
+    uint64_t now = page_now_ms();
     bool kept = false;
     lock_acquire(&large_lock);
     if ((large_cached_pages + npages) * PAGE_SIZE <= LARGE_CACHE_BYTES) {
@@ -189,7 +190,6 @@ bool large_cache_put(struct page_desc *d)
     }
     lock_release(&large_lock);
     large_age(now);
-    page_purge_tick();
     return kept;
 }
 

@@ -240,6 +240,14 @@ void page_set_reclaim_hook(size_t (*hook)(void));
  * layer run its own timed return on the same schedule (SLAB's working set). */
 void page_set_tick_hook(void (*hook)(uint64_t now));
 
+/* The coarse clock as the last timed purge check read it (it runs about
+ * every 32nd slow-path free): stale by at most that, and free to read. */
+extern uint64_t page_clock_ms __attribute__((visibility("hidden")));
+SK_INLINE uint64_t page_now_ms(void)
+{
+    return __atomic_load_n(&page_clock_ms, __ATOMIC_RELAXED);
+}
+
 /* A readable page-layer summary (held, free per order, returned, frag_events...). */
 void page_stats_print(int fd);
 

@@ -117,7 +117,6 @@ extern const struct page_backend buddy_backend, ibuddy_backend;
 
 /* pages.c */
 extern const struct page_backend *page_be;
-extern uint64_t page_clock_ms;          /* coarse clock, refreshed on slow paths */
 extern uint64_t page_pages_returned;    /* cumulative (atomic adds, slow path) */
 bool page_purge_dontneed(void);         /* sk_opt.return_mode == RETURN_DONTNEED */
 void page_fold_thread_counters(struct sk_thread *t);  /* at thread exit */
