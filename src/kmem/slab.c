@@ -725,7 +725,7 @@ static size_t mag_bytes(uint32_t cap) { return sizeof(struct magazine) + cap * s
 
 static struct magazine *mag_new(uint32_t cap)
 {
-    struct magazine *m = cache_internal_alloc(mag_bytes(cap));
+    struct magazine *m = cache_own_alloc(mag_bytes(cap));
     if (m)
         m->cap = cap;
     return m;
@@ -734,7 +734,7 @@ static struct magazine *mag_new(uint32_t cap)
 static void mag_delete(struct magazine *m)
 {
     if (m && m->cap)
-        cache_internal_free(m, mag_bytes(m->cap));
+        cache_own_free(m, mag_bytes(m->cap));
 }
 
 /* Solaris kmem_depot_ws_update, run lazily (by the timed walk, or by a
@@ -864,7 +864,7 @@ static struct slab_cpu *cpu_get(struct kmem_cache *cp)
     void **slot = cache_cpu_slot(cp);
     if (!slot)
         return NULL;
-    cpu = cache_internal_alloc(sizeof *cpu);
+    cpu = cache_own_alloc(sizeof *cpu);
     if (!cpu)
         return NULL;
     cpu->previous = &mag_none;
@@ -1447,7 +1447,7 @@ static void slab_thread_exit(struct kmem_cache *cp, void *arg)
     sc->allocs += allocs;
     sc->frees += cpu_frees(cpu);
     lock_release(&sc->lock);
-    cache_internal_free(cpu, sizeof *cpu);
+    cache_own_free(cpu, sizeof *cpu);
 }
 
 static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)

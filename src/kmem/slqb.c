@@ -480,7 +480,7 @@ SK_NOINLINE static struct slqb_list *list_create(struct kmem_cache *cp)
         l->dead = false;
         lock_release(&l->rf_lock);
     } else {
-        l = cache_internal_alloc(sizeof *l);
+        l = cache_own_alloc(sizeof *l);
         if (!l)
             return NULL;
         l->fpoff = c->fpoff;
@@ -821,7 +821,7 @@ static void slqb_cache_fini(struct kmem_cache *cp)
     struct slqb_list *l = c->all;
     while (l) {
         struct slqb_list *next = l->all_next;
-        cache_internal_free(l, sizeof *l);
+        cache_own_free(l, sizeof *l);
         l = next;
     }
     c->all = c->pool = NULL;

@@ -640,7 +640,7 @@ static struct slub_cpu *cpu_create(struct kmem_cache *cp)
     void **slot = cache_cpu_slot(cp);
     if (!slot)
         return NULL;
-    struct slub_cpu *c = cache_internal_alloc(sizeof *c);
+    struct slub_cpu *c = cache_own_alloc(sizeof *c);
     if (!c)
         return NULL;
     cpu_init(cache_priv(cp), c);
@@ -975,7 +975,7 @@ static void slub_thread_exit(struct kmem_cache *cp, void *cpu)
 {
     struct slub_cpu *c = cpu;
     cpu_flush(cp, cache_priv(cp), c);
-    cache_internal_free(c, sizeof *c);
+    cache_own_free(c, sizeof *c);
 }
 
 /* Linux kmem_cache_shrink: every empty slab on the node list goes back (none
