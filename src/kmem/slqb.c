@@ -436,7 +436,6 @@ static bool claim_remote(struct kmem_cache *cp, struct slqb_list *l)
     return true;
 }
 
-/* The ticker's carry (cache.h). */
 /* A push that carried the ticker (cache.h) or passed the high watermark:
  * one call at the end of the fast path, so it sets up no frame. */
 SK_NOINLINE SK_COLD static void lifo_push_slow(struct kmem_cache *cp, struct slqb_list *l, bool tick)

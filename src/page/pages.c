@@ -64,6 +64,14 @@ void page_init(void)
 
 bool page_purge_dontneed(void) { return sk_opt.return_mode == RETURN_DONTNEED; }
 
+/* Raises freed_since_purge, last seen at n, to floor: growth's credit
+ * against later frees is bounded (a lost race only moves it a little). */
+static void freed_raise(int64_t n, int64_t floor)
+{
+    if (n < floor)
+        __atomic_compare_exchange_n(&freed_since_purge, &n, floor, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 /* One purge pass (all: ignore the delay, single frames too), purge_lock
  * held; returns the pages given back. */
 static size_t purge_pass(bool all, uint64_t now)
@@ -72,11 +80,10 @@ static size_t purge_pass(bool all, uint64_t now)
     last_purge_ms = now;
     /* A full pass leaves nothing dirty.  A timed pass leaves the recent
      * frees, so it keeps their count, but ends the credit of older growth. */
-    int64_t n = __atomic_load_n(&freed_since_purge, __ATOMIC_RELAXED);
     if (all)
         __atomic_store_n(&freed_since_purge, 0, __ATOMIC_RELAXED);
-    else if (n < 0)
-        __atomic_compare_exchange_n(&freed_since_purge, &n, 0, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    else
+        freed_raise(__atomic_load_n(&freed_since_purge, __ATOMIC_RELAXED), 0);
     size_t pages = page_be->purge(all, now);
     if (pages)
         __atomic_fetch_add(&page_pages_returned, pages, __ATOMIC_RELAXED);
@@ -121,9 +128,7 @@ void page_note_freed(int64_t pages)
 {
     int64_t n = __atomic_add_fetch(&freed_since_purge, pages, __ATOMIC_RELAXED);
     if (unlikely(n < -PURGE_NOW_PAGES)) {
-        /* The bound on growth's credit (a lost race only moves it a little). */
-        __atomic_compare_exchange_n(&freed_since_purge, &n, -PURGE_NOW_PAGES, false,
-                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        freed_raise(n, -PURGE_NOW_PAGES);          /* the bound on growth's credit */
         return;
     }
     if (likely(n < PURGE_NOW_PAGES) || sk_opt.return_mode == RETURN_OFF || !lock_try(&purge_lock))
