@@ -29,14 +29,28 @@ static struct {
     uint64_t splits, merges, frag_events;
 } zone SK_ALIGNED(CACHE_LINE);
 
+/* Blocks of the largest order are kept in address order, so a split takes
+ * the lowest one: with a LIFO list every round of "allocate many blocks,
+ * free them all" split whichever 4 MiB block coalesced last, and rounds
+ * wandered over new frames (test_page footprint: 16% more distinct pages
+ * than ever live, against 2% in address order).  The list holds at most
+ * 15 blocks per region and a block reaches it once per 4 MiB coalesced,
+ * so the walk is cheap.  Smaller orders stay LIFO, as Linux keeps them:
+ * their blocks are reused hot. */
 SK_INLINE void list_add(struct page_desc *d, unsigned order)
 {
-    struct page_desc *h = zone.head[order];
-    d->free.prev = NULL;
+    struct page_desc *h = zone.head[order], *prev = NULL;
+    if (order == MAX_ORDER)
+        for (; h && h < d; h = h->free.next)
+            prev = h;
+    d->free.prev = prev;
     d->free.next = h;
     if (h)
         h->free.prev = d;
-    zone.head[order] = d;
+    if (prev)
+        prev->free.next = d;
+    else
+        zone.head[order] = d;
     zone.nr_blocks[order]++;
     zone.nr_free += (size_t)1 << order;
 }
