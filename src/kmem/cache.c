@@ -178,7 +178,7 @@ SK_NOINLINE void cache_tick_carry(uint64_t *frees)
 
 /* free_owned for designs without one, and under the debug layer (whose free
  * wrapper must see every free): a tail jump to free. */
-static void cache_free_owned_shim(struct kmem_cache *cp, void *obj, uintptr_t aux)
+static void cache_free_owned_shim(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
     sk_design.free(cp, obj);
 }
@@ -263,7 +263,8 @@ static struct kmem_cache *cache_create(const char *name, size_t size, size_t ali
         return NULL;
     }
     cp->id = (unsigned)id;
-    cp->cpu_slot = cp->id < THREAD_CPU_INLINE ? cp->id : THREAD_CPU_OVERFLOW;
+    cp->cpu_off = (unsigned)(offsetof(struct sk_thread, cpu) +
+                             (cp->id < THREAD_CPU_INLINE ? cp->id : THREAD_CPU_OVERFLOW) * sizeof(void *));
     if (sk_design.cache_init(cp) != 0) {
         lock_acquire(&cache_list_lock);
         id_free(cp->id);
@@ -410,16 +411,17 @@ SK_API SK_FASTPATH void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
     return sk_design.alloc_checked(cp, flags);
 }
 
-/* Fast path: one region_owner load and a compare on the page's owner entry,
- * then a tail call to the design.  NULL (region_owner[0] is always NULL), SLOB
- * pages and bad pointers all take the slow path below. */
+/* Fast path: the page's owner entry (its address from buf's, beside the
+ * region_map check) and a compare, then a tail call to the design.  NULL
+ * (region_map[0] is never a region), SLOB pages and bad pointers all take
+ * the slow path below. */
 SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf);
 
 SK_API SK_FASTPATH void kmem_cache_free(kmem_cache_t *cp, void *buf)
 {
     struct page_owner *o;
     if (likely(page_owner_lookup(buf, &o)) && likely(o->cache == cp && cp != NULL)) {
-        sk_design.free_owned(cp, buf, o->aux);
+        sk_design.free_owned(cp, buf, o);
         return;
     }
     kmem_cache_free_slow(cp, buf);
@@ -569,7 +571,7 @@ void cache_kfree(void *p)
     struct page_desc *d = page_desc_of(p);
     if (likely(d != NULL)) {
         if (likely(d->kind == PAGE_SLAB)) {
-            sk_design.free_owned(d->cache, p, page_owner_of(p)->aux);
+            sk_design.free_owned(d->cache, p, page_owner_of(p));
             return;
         }
         if (d->kind == PAGE_LARGE && p == page_address(d)) {
@@ -645,7 +647,7 @@ SK_API SK_FASTPATH void kmem_free(void *buf, size_t size)
     struct kmem_cache *cp = kmalloc_cache_fast(size);
     struct page_owner *o;
     if (likely(page_owner_lookup(buf, &o)) && likely(o->cache == cp && cp != NULL)) {
-        sk_design.free_owned(cp, buf, o->aux);
+        sk_design.free_owned(cp, buf, o);
         return;
     }
     kmem_free_slow(buf, size);

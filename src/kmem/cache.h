@@ -37,16 +37,17 @@
 #define CACHE_FREEPTR_OUTSIDE (1u << 2) /* never write into [0, size) of a free object (debug poisoning) */
 
 struct kmem_cache {
-    /* Read on the fast path: keep first.  cpu_slot is at offset 4, where no
+    /* Read on the fast path: keep first.  cpu_off is at offset 4, where no
      * design's per-thread fast-path store lands (SLAB's top is at 16, the
      * others' counts at 0): when a cache and its per-thread state sit at the
      * same offset in their pages (both the first object of a fresh page), a
-     * load of cpu_slot right after a store to those bytes was taken for a
+     * load of cpu_off right after a store to those bytes was taken for a
      * dependent load (4K aliasing): kmem_cache_alloc/free with a constructor
      * 3.9 -> 4.5 ns. */
     unsigned id;               /* per-thread state index (thread_cpu_slot) */
-    unsigned cpu_slot;         /* sk_thread.cpu[] index on the fast paths: id, or
-                                  THREAD_CPU_OVERFLOW (always CPU_EMPTY) beyond the inline slots */
+    unsigned cpu_off;          /* byte offset in struct sk_thread of the fast paths' slot:
+                                  cpu[id], or cpu[THREAD_CPU_OVERFLOW] (always CPU_EMPTY)
+                                  beyond the inline slots; also in every owner entry */
     unsigned flags;
     size_t size;               /* bytes the design lays out per object (>= object_size:
                                   the debug layer may add a redzone and audit word) */
@@ -103,14 +104,14 @@ struct design_ops {
     void  (*kfree)(void *p);
     size_t (*ksize)(const void *p);
 
-    /* Optional: free, given the word the design stored in the owner entry
-     * of obj's frame (page_owner_set), which the caller has looked up (its
-     * cache is cp), so the design need not read the descriptor.  The core's
-     * fast free paths (kmem_cache_free, kmem_free, cache_kfree, malloc's
-     * free) call sk_design.free_owned; when a design leaves it NULL (or the
-     * debug layer wraps free) cache_init points it at a one-jump shim to
-     * free. */
-    void  (*free_owned)(struct kmem_cache *cp, void *obj, uintptr_t aux);
+    /* Optional: free, given the owner entry of obj's frame (page.h: set by
+     * the design with page_owner_set), which the caller has looked up (its
+     * cache is cp), so the design need not read the descriptor and finds
+     * its per-thread state from the entry's cpu offset.  The core's fast
+     * free paths (kmem_cache_free, kmem_free, cache_kfree, malloc's free)
+     * call sk_design.free_owned; when a design leaves it NULL (or the debug
+     * layer wraps free) cache_init points it at a one-jump shim to free. */
+    void  (*free_owned)(struct kmem_cache *cp, void *obj, const struct page_owner *o);
 
     /* Optional: alloc that settles its own failures: where it would return
      * NULL it returns cache_alloc_failed(cp, flags) instead (counts the
@@ -228,7 +229,21 @@ void cache_tick_carry(uint64_t *frees) SK_COLD;
  * lays out to miss its fast path (thread.h). */
 SK_INLINE void *cache_cpu_fast(const struct kmem_cache *cp)
 {
-    return sk_self->cpu[cp->cpu_slot];
+    return *(void **)((char *)sk_self + cp->cpu_off);
+}
+
+/* The same from an owner entry (page.h), which repeats cp->cpu_off: a free
+ * finds the thread's state without waiting for the cache's own line. */
+SK_INLINE void *cache_cpu_owned(const struct page_owner *o)
+{
+    return *(void **)((char *)sk_self + o->cpu);
+}
+
+/* Marks a new slab's npages frames from mem as cp's (page_owner_set), with
+ * the design's anchor address. */
+SK_INLINE void cache_owner_set(struct kmem_cache *cp, void *mem, size_t npages, uintptr_t anchor)
+{
+    page_owner_set(mem, npages, cp, cp->cpu_off, anchor);
 }
 
 /* Slow path: the slot for cp's per-thread state in this thread, where the

@@ -327,7 +327,7 @@ SK_INLINE bool not_start_base(struct slab_cache *sc, void *obj, uintptr_t base)
  * caller found obj on a slab page of cp: its region exists. */
 SK_INLINE bool not_start(struct slab_cache *sc, void *obj)
 {
-    return HARDENED && not_start_base(sc, obj, page_owner_of(obj)->aux);
+    return HARDENED && not_start_base(sc, obj, page_owner_anchor(page_owner_of(obj), obj));
 }
 
 /* --- Large-object hash ---------------------------------------------------- */
@@ -463,7 +463,7 @@ static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, in
         head[i].kind = PAGE_SLAB;
     }
     head->priv[0] = (uintptr_t)sp;
-    page_owner_set(mem, npages, cp, (uintptr_t)sp->base);   /* base: the free path's interior-pointer test */
+    cache_owner_set(cp, mem, npages, (uintptr_t)sp->base);   /* base: the free path's interior-pointer test */
     return sp;
 }
 
@@ -1088,15 +1088,14 @@ SK_INLINE uint64_t cpu_frees(const struct slab_cpu *cpu)
 }
 
 /* The fast path: check the pointer, push on the loaded magazine.  base is
- * the first buffer of obj's slab (unused without HARDENED).  A failed
- * check goes to the slow path, which checks again and reports: every way out
- * is a return or a jump, and no stack frame is set up for a report that never
- * returns. */
-SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base)
+ * the first buffer of obj's slab (unused without HARDENED), cpu the thread's
+ * state.  A failed check goes to the slow path, which checks again and
+ * reports: every way out is a return or a jump, and no stack frame is set up
+ * for a report that never returns. */
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slab_cpu *cpu)
 {
     if (HARDENED && not_start_base(SC(cp), obj, base))
         goto slow;
-    struct slab_cpu *cpu = cache_cpu_fast(cp);
     void **t = cpu->top;
     if (likely(t != cpu->limit)) {
         if (HARDENED && unlikely(t[-1] == obj))
@@ -1113,11 +1112,16 @@ slow:
 
 SK_FASTPATH static void slab_free(struct kmem_cache *cp, void *obj)
 {
-    free_fast(cp, obj, HARDENED ? page_owner_of(obj)->aux : 0);
+    struct page_owner *o = page_owner_of(obj);
+    free_fast(cp, obj, HARDENED ? page_owner_anchor(o, obj) : 0, cache_cpu_fast(cp));
 }
 
-/* The core's free paths have looked the owner entry up already. */
-SK_FASTPATH static void slab_free_owned(struct kmem_cache *cp, void *obj, uintptr_t base) { free_fast(cp, obj, base); }
+/* The core's free paths have looked the owner entry up already: it gives the
+ * slab's first buffer and the thread's state without a load from cp. */
+SK_FASTPATH static void slab_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
+{
+    free_fast(cp, obj, HARDENED ? page_owner_anchor(o, obj) : 0, cache_cpu_owned(o));
+}
 
 /* --- Cache set-up and tear-down --------------------------------------------- */
 

@@ -200,7 +200,7 @@ SK_NOINLINE static struct page_desc *slab_new(struct kmem_cache *cp, int flags)
         s[i].head = s;
         s[i].kind = PAGE_SLAB;
     }
-    page_owner_set(page_address(s), npages, cp, (uintptr_t)s);
+    cache_owner_set(cp, page_address(s), npages, (uintptr_t)page_address(s));
     __atomic_fetch_add(&c->slabs, 1, __ATOMIC_RELAXED);
     return s;
 }
@@ -643,27 +643,32 @@ SK_COLD SK_NORETURN static void bad_pointer(struct kmem_cache *cp, void *obj)
     cache_bad_free(cp, obj, "free: invalid pointer (not the start of an object)");
 }
 
-/* Fast path: an object of one of this thread's slabs goes on its LIFO.  s is
- * the head descriptor of obj's slab (its pages' owner word). */
-SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, struct page_desc *s)
+/* Fast path: an object of one of this thread's slabs goes on its LIFO.
+ * base is the first byte of obj's slab (its pages' owner anchor), l the
+ * thread's list. */
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slqb_list *l)
 {
     struct slqb_cache *c = slqb(cp);
-    uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(s);
+    uintptr_t off = (uintptr_t)obj - base;
     uint64_t idx = ((uint64_t)off * c->recip) >> RECIP_SHIFT;
     if (unlikely(HARDENED && (idx * c->bsize != off || idx >= c->objs)))
         bad_pointer(cp, obj);
-    struct slqb_list *l = cache_cpu_fast(cp);      /* CPU_EMPTY owns no slab */
-    if (likely((struct slqb_list *)s->priv[SLAB_OWNER] == l)) {
+    struct page_desc *s = page_desc_at(base);
+    if (likely((struct slqb_list *)s->priv[SLAB_OWNER] == l)) {   /* CPU_EMPTY owns no slab */
         lifo_push(cp, l, obj);
         return;
     }
     free_slow(cp, l, s, obj);
 }
 
-SK_FASTPATH static void slqb_free(struct kmem_cache *cp, void *obj) { free_fast(cp, obj, page_desc_of(obj)->head); }
-SK_FASTPATH static void slqb_free_owned(struct kmem_cache *cp, void *obj, uintptr_t head)
+SK_FASTPATH static void slqb_free(struct kmem_cache *cp, void *obj)
 {
-    free_fast(cp, obj, (struct page_desc *)head);
+    free_fast(cp, obj, (uintptr_t)page_address(page_desc_of(obj)->head), cache_cpu_fast(cp));
+}
+
+SK_FASTPATH static void slqb_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
+{
+    free_fast(cp, obj, page_owner_anchor(o, obj), cache_cpu_owned(o));
 }
 
 /* --- Thread exit, reap --------------------------------------------------- */

@@ -192,7 +192,7 @@ static struct page_desc *new_slab(struct kmem_cache *cp, struct slub_cache *sc, 
         head[i].head = head;
         head[i].kind = PAGE_SLAB;
     }
-    page_owner_set(mem, npages, cp, 0);
+    cache_owner_set(cp, mem, npages, (uintptr_t)mem);
     unsigned objects = (unsigned)((PAGE_SIZE << order) / sc->bufsize);
     char *p = mem;
     if (cp->ctor)
@@ -843,11 +843,13 @@ SK_FASTPATH static void slub_free(struct kmem_cache *cp, void *obj)
     slub_free_slow(cp, obj, c);
 }
 
-/* The active-slab test needs no descriptor: the owner word is unused. */
-SK_FASTPATH static void slub_free_owned(struct kmem_cache *cp, void *obj, uintptr_t aux)
+/* The active-slab test needs no descriptor: only the entry's cpu offset. */
+SK_FASTPATH static void slub_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    (void)aux;
-    slub_free(cp, obj);
+    struct slub_cpu *c = cache_cpu_owned(o);
+    if (likely(free_to_active(cp, c, obj)))
+        return;
+    slub_free_slow(cp, obj, c);
 }
 
 /* --- Cache set-up and tear-down ---------------------------------------------- */

@@ -106,7 +106,7 @@ SK_INLINE void free_fast(void *p)
 {
     struct page_owner *o;
     if (likely(page_owner_lookup(p, &o)) && likely(o->cache != NULL)) {
-        sk_design.free_owned(o->cache, p, o->aux);
+        sk_design.free_owned(o->cache, p, o);
         return;
     }
     free_slow(p);

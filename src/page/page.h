@@ -108,24 +108,41 @@ SK_INLINE bool page_desc_lookup(const void *p, struct page_desc **dp)
     return true;
 }
 
-/* The owner map: 16 bytes per frame of a region, beside its descriptors,
- * holding what a fast free needs of a slab page: the cache, and a word the
- * design chooses (SLAB: its slab's first buffer; SLQB: the slab's head
- * descriptor).  Four frames share a cache line where a descriptor fills one:
- * frees of random victims among thousands of live objects missed on the
- * descriptor in three frees of four (mallocbench random: 83 KiB of
- * descriptors for its 1,300 pages, 21 KiB of owner entries).  An object layer
- * sets the entries with page_owner_set on every page of a slab it makes; the
- * page layer clears them when the block is freed, so cache != NULL means "a
- * live slab page of that cache".  region_owner[] is indexed like region_map[]
- * and is NULL for huge mappings and unmapped slots; a region's frames sit at
- * its naturally aligned base, so p's entry needs no region_map load. */
+/* The owner map: 16 bytes per frame of a region, at a fixed place in it
+ * (REGION_OWNER_OFF), holding what a fast free needs of a slab page: the
+ * cache, where the cache's state sits in a thread's struct sk_thread (`cpu`,
+ * a byte offset: the object layer's choice), and the slab's anchor (the
+ * design's choice of address: SLAB its first buffer, SLQB its first page)
+ * relative to the frame itself, so 32 bits do.  Four frames share a cache
+ * line where a descriptor fills one: frees of random victims among
+ * thousands of live objects missed on the descriptor in three frees of four
+ * (mallocbench random: 83 KiB of descriptors for its 1,300 pages, 21 KiB of
+ * owner entries).  An object layer sets the entries with page_owner_set on
+ * every page of a slab it makes; the page layer clears them when the block
+ * is freed, so cache != NULL means "a live slab page of that cache".
+ *
+ * Why the entry's address is computed from p (region base + offset) rather
+ * than loaded from a table: the next allocation of that class waits for the
+ * free's stores to the thread's cache, whose addresses come at the end of a
+ * chain of loads starting here (docs/benchmarks-malloc.md, "two sizes");
+ * region_map[] is still read, for the check that p is ours, but beside the
+ * chain: the branch on it is predicted and the entry's load need not wait. */
 struct page_owner {
     struct kmem_cache *cache;
-    uintptr_t aux;
+    uint32_t cpu;
+    int32_t anchor;
 };
+_Static_assert(sizeof(struct page_owner) == 16, "four owner entries per cache line");
 
-extern struct page_owner *region_owner[REGION_MAP_LEN] __attribute__((visibility("hidden")));
+#define REGION_OWNER_PAGES ((REGION_PAGES * sizeof(struct page_owner)) >> PAGE_SHIFT)  /* 64 */
+#define REGION_OWNER_OFF   ((REGION_META_PAGES + REGION_HDR_PAGES) << PAGE_SHIFT)
+
+/* The owner entry of p's frame: p must lie in a region (a block we handed out). */
+SK_INLINE struct page_owner *page_owner_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    return (struct page_owner *)((a & ~REGION_MASK) + REGION_OWNER_OFF) + ((a & REGION_MASK) >> PAGE_SHIFT);
+}
 
 /* True and *op set to the owner entry of the frame holding p when p lies in
  * one of our regions. */
@@ -134,28 +151,35 @@ SK_INLINE bool page_owner_lookup(const void *p, struct page_owner **op)
     uintptr_t a = (uintptr_t)p, slot = a >> REGION_SHIFT;
     if (unlikely(slot >= REGION_MAP_LEN))
         return false;
-    struct page_owner *o = region_owner[slot];
-    if (unlikely(!o))
+    if (unlikely(!(region_map[slot] & MAP_REGION)))
         return false;
-    *op = o + ((a & REGION_MASK) >> PAGE_SHIFT);
+    *op = page_owner_of(p);
     return true;
 }
 
-/* The owner entry of p's frame: p must lie in a region (a block we handed out). */
-SK_INLINE struct page_owner *page_owner_of(const void *p)
+/* The anchor an entry of p's frame records (page_owner_set). */
+SK_INLINE uintptr_t page_owner_anchor(const struct page_owner *o, const void *p)
 {
-    uintptr_t a = (uintptr_t)p;
-    return region_owner[a >> REGION_SHIFT] + ((a & REGION_MASK) >> PAGE_SHIFT);
+    return ((uintptr_t)p & PAGE_MASK) + (uintptr_t)(intptr_t)o->anchor;
 }
 
-/* Marks npages frames from mem (an allocated block of ours) as cache's slab. */
-SK_INLINE void page_owner_set(void *mem, size_t npages, struct kmem_cache *cache, uintptr_t aux)
+/* Marks npages frames from mem (an allocated block of ours, at most
+ * 2^MAX_ORDER pages, so every anchor offset fits 32 bits) as cache's slab. */
+SK_INLINE void page_owner_set(void *mem, size_t npages, struct kmem_cache *cache, uint32_t cpu, uintptr_t anchor)
 {
     struct page_owner *o = page_owner_of(mem);
     for (size_t i = 0; i < npages; i++) {
-        o[i].aux = aux;
+        o[i].cpu = cpu;
+        o[i].anchor = (int32_t)(anchor - ((uintptr_t)mem + (i << PAGE_SHIFT)));
         __atomic_store_n(&o[i].cache, cache, __ATOMIC_RELEASE);
     }
+}
+
+/* Descriptor of the frame at address a, which must lie in a region of ours
+ * (an owner entry's anchor, say): arithmetic only. */
+SK_INLINE struct page_desc *page_desc_at(uintptr_t a)
+{
+    return (struct page_desc *)((a & ~REGION_MASK) + ((a & REGION_MASK) >> PAGE_SHIFT) * sizeof(struct page_desc));
 }
 
 /* Descriptor of the frame holding p, or NULL if p is not in a region of ours. */

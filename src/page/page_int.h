@@ -6,8 +6,9 @@
  *   pages [0, 256)    struct page_desc[16384], one per frame of the region
  *   pages [256, 258)  struct region_hdr: the region, its links, and (iBuddy)
  *                     the bitmaps of free / purged / aged frames
- *   pages [258, ...)  frames handed out by the back end
- * Descriptors of the first 258 frames stay zero (PAGE_UNUSED).
+ *   pages [258, 322)  struct page_owner[16384], the owner map (page.h)
+ *   pages [322, ...)  frames handed out by the back end
+ * Descriptors of the first 322 frames stay zero (PAGE_UNUSED).
  *
  * Lock order: region_lock -> (zone lock | one space lock) -> nothing.  No
  * path holds two space locks at once. */
@@ -20,7 +21,7 @@
 #include "../core/options.h"
 #include "../../include/slabkit/slabkit.h"
 
-#define REGION_FIRST_PAGE (REGION_META_PAGES + REGION_HDR_PAGES)   /* 258 */
+#define REGION_FIRST_PAGE (REGION_META_PAGES + REGION_HDR_PAGES + REGION_OWNER_PAGES)   /* 322 */
 #define REGION_WORDS      (REGION_PAGES / 64)                        /* 256 bitmap words */
 
 /* Linux pcp for a large zone (mm/page_alloc.c, zone_batchsize/pageset_set_high):

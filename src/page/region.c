@@ -9,7 +9,6 @@
 #include "../core/report.h"
 
 uintptr_t region_map[REGION_MAP_LEN];
-struct page_owner *region_owner[REGION_MAP_LEN];
 struct sk_lock region_lock = SK_LOCK_INIT;
 struct region_hdr *region_list;
 uint64_t region_pages_held;
@@ -32,13 +31,6 @@ struct region_hdr *region_create(unsigned space)
         os_unmap(base, REGION_SIZE);
         return NULL;
     }
-    /* The owner map lives in its own mapping, so the region's layout (and
-     * with it which blocks the buddy systems can form) stays as it was. */
-    struct page_owner *owner = os_map_aligned(REGION_PAGES * sizeof *owner, PAGE_SIZE, true);
-    if (!owner) {
-        os_unmap(base, REGION_SIZE);
-        return NULL;
-    }
     struct region_hdr *r = (struct region_hdr *)(base + REGION_META_PAGES * PAGE_SIZE);
     r->r.base = (uintptr_t)base;
     r->r.first_page = REGION_FIRST_PAGE;
@@ -47,7 +39,6 @@ struct region_hdr *region_create(unsigned space)
     r->r.next = (struct region *)region_list;
     region_list = r;
     region_pages_held += REGION_PAGES - REGION_FIRST_PAGE;
-    __atomic_store_n(&region_owner[(uintptr_t)base >> REGION_SHIFT], owner, __ATOMIC_RELEASE);
     __atomic_store_n(&region_map[(uintptr_t)base >> REGION_SHIFT], (uintptr_t)base | MAP_REGION, __ATOMIC_RELEASE);
     lock_release(&region_lock);
     return r;

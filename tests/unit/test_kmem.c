@@ -634,8 +634,8 @@ static void test_generic_first_use(void)
         struct slabkit_cache_stats st = stats_of(cp->name);      /* exactly one */
         CHECK(st.allocs == st.frees && st.allocs >= (uint64_t)FIRST_USE_THREADS * 50 * 64,
               "%s: %lu allocations, %lu frees", cp->name, (unsigned long)st.allocs, (unsigned long)st.frees);
-        CHECK(cp->id == c && cp->cpu_slot == c, "%s: id %u, per-thread slot %u (class %u)", cp->name, cp->id,
-              cp->cpu_slot, c);
+        CHECK(cp->id == c && cp->cpu_off == offsetof(struct sk_thread, cpu[c]), "%s: id %u, per-thread slot at %u (class %u)",
+              cp->name, cp->id, cp->cpu_off, c);
         for (int i = 0; i < FIRST_USE_CACHES; i++)
             CHECK(many[i]->id != cp->id, "%s and %s share per-thread slot %u", many[i]->name, cp->name, cp->id);
     }

@@ -167,7 +167,7 @@ static void test_coalesce(void)
     page_reap();                       /* drains this thread's lazy list */
     struct slabkit_page_stats s = stats();
     CHECK(s.pages_lazy == 0, "lazy list not drained: %llu", (unsigned long long)s.pages_lazy);
-    uint64_t regions = s.pages_held / (REGION_PAGES - REGION_META_PAGES - REGION_HDR_PAGES);
+    uint64_t regions = s.pages_held / (REGION_PAGES - REGION_META_PAGES - REGION_HDR_PAGES - REGION_OWNER_PAGES);
     /* Per region 15 max-order blocks exist when it is whole; the thread
      * structs' block (order 2) may break one. */
     CHECK(s.free_per_order[MAX_ORDER] + 1 >= regions * 15,
