@@ -18,6 +18,9 @@ BUILD    ?= build
 OPT      := -O2
 LDSAN    :=
 endif
+# The build's Python environment (tools/tools.mk): every Python tool and test runs in it.
+VENV     := $(BUILD)/venv
+VENV_PY  := $(VENV)/bin/python
 
 CFLAGS   ?= -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Wno-unused-parameter \
@@ -76,10 +79,10 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libslabkit_core.a
 -include $(sort $(wildcard src/*/*.mk tools/*.mk bench/*.mk tests/*.mk tests/*/*.mk))
 
 test: all
-	$(PYTHON) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize)
+	$(VENV_PY) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize)
 
 bench: all
-	$(PYTHON) bench/run_default.py --build $(BUILD)
+	$(VENV_PY) bench/run_default.py --build $(BUILD)
 
 VERSION  ?= 0.1.0
 install: all

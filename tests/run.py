@@ -7,6 +7,8 @@ A test source says how it runs in its first lines (see tests/test.h):
   test-preload      run with LD_PRELOAD=<build>/libslabkit.so (skipped with --sanitize)
   test-timeout: N   seconds (default 300)
 Ends with one line "N passed, N failed" and a non-zero exit on any failure.
+Runs in the build's Python environment (make test: <build>/venv/bin/python),
+whose pytest and slabkit package the suites use.
 """
 import argparse
 import concurrent.futures as cf
@@ -16,13 +18,9 @@ import subprocess
 import sys
 import time
 
+from slabkit.registry import PAGES, designs_built
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ["buddy", "ibuddy"]
-ALL_DESIGNS = ["slab", "slub", "slob", "slqb"]
-
-
-def designs_built():
-    return [d for d in ALL_DESIGNS if os.path.exists(os.path.join(ROOT, "src", "kmem", d + ".c"))]
 
 
 def read_header(src):
@@ -48,7 +46,7 @@ def cases(build, sanitize, only):
             h = read_header(src)
             if h["preload"] and sanitize:
                 continue
-            designs = designs_built() if "designs" in h["matrix"] else [None]
+            designs = designs_built(ROOT) if "designs" in h["matrix"] else [None]
             pages = PAGES if "pages" in h["matrix"] else [None]
             for de in designs:
                 for pa in pages:
