@@ -67,7 +67,7 @@ tests: $(TEST_BIN)
 $(BUILD)/tests/unit/% $(BUILD)/tests/stress/%: tests/*/%.c $(wildcard tests/*.h) $(BUILD)/libslabkit_core.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
-$(BUILD)/tests/integration/%: tests/integration/%.c tests/test.h
+$(BUILD)/tests/integration/%: tests/integration/%.c $(wildcard tests/*.h tests/integration/*.h) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 
