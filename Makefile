@@ -1,5 +1,6 @@
-# slabkit — plain make.  Entry points: make (build), make test, make bench,
-# make install.  SANITIZE=1 builds everything with ASan+UBSan into build-san/.
+# slabkit — plain make.  Entry points: make (build), make test, make bench
+# (both do their own set-up: Debian packages, the Python environment), make
+# install.  SANITIZE=1 builds everything with ASan+UBSan into build-san/.
 #
 # Pieces own their own fragments (*.mk), included below, so adding a tool or a
 # workload never edits this file.
@@ -77,6 +78,15 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libslabkit_core.a
 	$(CC) $(CFLAGS) -Isrc -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
 
 -include $(sort $(wildcard src/*/*.mk tools/*.mk bench/*.mk tests/*.mk tests/*/*.mk))
+
+# make test and make bench do their own set-up: before anything is built, what
+# they need from Debian (tools/debian-deps.sh names it) is installed, or make
+# stops with the command to run; the Python side is $(VENV) (tools/tools.mk).
+ifneq ($(filter test bench,$(MAKECMDGOALS)),)
+ifneq ($(shell tools/debian-deps.sh >&2 && echo ok),ok)
+$(error make $(filter test bench,$(MAKECMDGOALS)) needs the Debian packages named above)
+endif
+endif
 
 test: all
 	$(VENV_PY) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize)
