@@ -9,7 +9,7 @@
 set -eu
 
 PACKAGES='
-build-essential pkg-config cmake git  # the build; make install`s pkg-config and CMake files (test_install.py)
+build-essential pkg-config cmake      # the build; make install`s pkg-config and CMake files (test_install.py)
 python3 python3-venv                  # the build`s Python environment (tools/tools.mk)
 clang libclang-rt-dev                 # the fuzzer (tests/fuzz); clang under the debug layer (test_debug_programs.py)
 valgrind                              # the fast paths` instruction budgets (test_fastpath.py)
