@@ -21,7 +21,10 @@ import subprocess
 import sys
 import time
 
-from slabkit.registry import DESIGNS, PAGES, designs_built
+try:
+    from slabkit.registry import DESIGNS, PAGES, designs_built
+except ImportError:
+    sys.exit("tests/run.py runs in the build's Python: make test, or build/venv/bin/python tests/run.py")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from slabkit import registry
-from slabkit.env import SOURCE_ROOT as ROOT, build_dir
+from slabkit.env import SOURCE_ROOT as ROOT, build_dir, clean_env
 from slabkit.imas import candidates, daemon, db as dbm, paths
 
 BUILD = build_dir()
@@ -83,7 +83,7 @@ def all_candidates():
 
 
 def env_for(home, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAS_") and k != "LD_PRELOAD"}
+    env = clean_env()
     env.update(IMAS_HOME=str(home), SLABKIT_BUILD=BUILD, **extra)
     return env
 
