@@ -1,5 +1,6 @@
-# slabkit — plain make.  Entry points: make (build), make test, make bench,
-# make install.  SANITIZE=1 builds everything with ASan+UBSan into build-san/.
+# slabkit — plain make.  Entry points: make (build), make test, make bench
+# (both do their own set-up: Debian packages, the Python environment), make
+# install.  SANITIZE=1 builds everything with ASan+UBSan into build-san/.
 #
 # Pieces own their own fragments (*.mk), included below, so adding a tool or a
 # workload never edits this file.
@@ -18,6 +19,9 @@ BUILD    ?= build
 OPT      := -O2
 LDSAN    :=
 endif
+# The build's Python environment (tools/tools.mk): every Python tool and test runs in it.
+VENV     := $(BUILD)/venv
+VENV_PY  := $(VENV)/bin/python
 
 CFLAGS   ?= -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Wno-unused-parameter \
@@ -64,7 +68,7 @@ tests: $(TEST_BIN)
 $(BUILD)/tests/unit/% $(BUILD)/tests/stress/%: tests/*/%.c $(wildcard tests/*.h) $(BUILD)/libslabkit_core.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
-$(BUILD)/tests/integration/%: tests/integration/%.c tests/test.h
+$(BUILD)/tests/integration/%: tests/integration/%.c $(wildcard tests/*.h tests/integration/*.h) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) $(LDLIBS)
 
@@ -75,11 +79,20 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libslabkit_core.a
 
 -include $(sort $(wildcard src/*/*.mk tools/*.mk bench/*.mk tests/*.mk tests/*/*.mk))
 
+# make test and make bench do their own set-up: before anything is built, what
+# they need from Debian (tools/debian-deps.sh names it) is installed, or make
+# stops with the command to run; the Python side is $(VENV) (tools/tools.mk).
+ifneq ($(filter test bench,$(MAKECMDGOALS)),)
+ifneq ($(shell tools/debian-deps.sh >&2 && echo ok),ok)
+$(error make $(filter test bench,$(MAKECMDGOALS)) needs the Debian packages named above)
+endif
+endif
+
 test: all
-	$(PYTHON) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize)
+	$(VENV_PY) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize)
 
 bench: all
-	$(PYTHON) bench/run_default.py --build $(BUILD)
+	$(VENV_PY) bench/run_default.py --build $(BUILD)
 
 VERSION  ?= 0.1.0
 install: all

@@ -1,256 +1,55 @@
 #!/usr/bin/env python3
-"""Real programs under each allocator: wall time and peak RSS of python3, sqlite3,
-perl, gcc, sort, xz -T2, redis-server (+ redis-benchmark), git (commits, gc,
-fsck: many forked children) and tclsh, each run with
-LD_PRELOAD set to slabkit (every design and page allocator asked for), jemalloc,
-tcmalloc and mimalloc, and with no preload (glibc); a table with ratios vs glibc.
+"""Real programs under each allocator: wall time and peak RSS of the real
+programs of slabkit.programs (python3, sqlite3, perl, gcc, sort, xz -T2,
+redis-server + redis-benchmark, git, tclsh), each run with LD_PRELOAD set to
+slabkit (every design and page allocator asked for), jemalloc, tcmalloc and
+mimalloc, and with no preload (glibc); a table with ratios vs glibc.  A peer
+allocator that is not installed is listed as absent.
 
-The same command definitions serve tests/python/test_real_programs.py (which
+The same program definitions serve tests/python/test_real_programs.py (which
 checks that each program's output under slabkit equals its output on glibc);
-here they run a bit bigger (--scale).
+here they run a bit bigger (--scale).  Runs in the build's Python (started
+by another, it starts itself again there):
 
   python3 bench/real_programs.py [--build build] [--scale 2] [--repeat 3]
                                  [--designs slub,slab] [--pages ibuddy,buddy] [--json]
 """
 import argparse
-import hashlib
 import json
 import os
 import resource
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LIBDIR = "/usr/lib/x86_64-linux-gnu"
-OTHERS = [("jemalloc", "libjemalloc.so.2"), ("tcmalloc", "libtcmalloc_minimal.so.4"),
-          ("mimalloc", "libmimalloc.so.2")]
-
-PY_SCRIPT = r"""
-import sys
-n = int(sys.argv[1])
-d = {}
-for i in range(n):
-    d["k%d" % i] = [i, str(i) * 3, (i, i * 2)]
-acc = 0
-for r in range(3):
-    l = [s[::-1] for s in (v[1] for v in d.values())]
-    acc += sum(len(x) for x in l)
-    t = {k: v for k, v in d.items() if v[0] % 3 == r}
-    acc += len(t)
-    del l, t
-words = " ".join("w%d" % (i % 997) for i in range(n)).split()
-cnt = {}
-for w in words:
-    cnt[w] = cnt.get(w, 0) + 1
-print(acc, len(cnt), max(cnt.values()), sorted(cnt.items())[:3])
-"""
-
-PERL_SCRIPT = r"""
-my $n = shift;
-my %h;
-for my $i (1..$n) { $h{"key$i"} = [$i, "v" x ($i % 50), {a => $i}]; }
-my $s = 0;
-for my $k (sort keys %h) { $s += $h{$k}[0] + length($h{$k}[1]); }
-my @a = map { join(",", $_, $_ * 2) } 1..$n;
-my %c; $c{$_ % 1000}++ for 1..$n;
-print "$s ", scalar(@a), " ", scalar(keys %c), "\n";
-"""
-
-
-def gen_c_file(path, funcs):
-    with open(path, "w") as f:
-        f.write("#include <string.h>\n#include <stdlib.h>\n")
-        for i in range(funcs):
-            f.write(f"""
-struct s{i} {{ int a[{i % 7 + 1}]; double d; char name[{16 + i % 32}]; }};
-static int helper{i}(struct s{i} *p, int n) {{
-    int acc = 0;
-    for (int k = 0; k < n; k++) {{ acc += p->a[k % {i % 7 + 1}] * k + (int)p->d; if (acc > {1000 + i}) acc -= {i + 3}; }}
-    return acc ^ (int)strlen(p->name);
-}}
-int f{i}(int x) {{ struct s{i} v; memset(&v, 0, sizeof v); v.d = x * 0.5; v.a[0] = x;
-    return helper{i}(&v, x % 13) + {i}; }}
-""")
-
-
-def gen_text_file(path, mbytes):
-    import random
-    rnd = random.Random(1234)
-    words = ["alpha", "beta", "gamma", "delta", "slab", "page", "buddy", "cache", "magazine", "object"]
-    target = int(mbytes * 1024 * 1024)
-    with open(path, "w") as f:
-        size = 0
-        while size < target:
-            line = " ".join(rnd.choice(words) + str(rnd.randrange(100000)) for _ in range(8)) + "\n"
-            f.write(line)
-            size += len(line)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def programs(work, scale=1.0):
-    """Returns a list of dicts: name, needs (executables), and run(env) ->
-    (output bytes to compare, peak RSS KiB or None).  Inputs are generated in
-    `work` once."""
-    py = shutil.which("python3") if not os.path.exists("/usr/bin/python3") else "/usr/bin/python3"
-    os.makedirs(work, exist_ok=True)
-    cfile = os.path.join(work, "prog.c")
-    if not os.path.exists(cfile):
-        gen_c_file(cfile, int(60 * scale))
-    text = os.path.join(work, "text.txt")
-    if not os.path.exists(text):
-        gen_text_file(text, 2 * scale)
-    rows = int(200000 * scale)
-    tcl = os.path.join(work, "prog.tcl")
-    with open(tcl, "w") as f:
-        f.write(TCL_SCRIPT)
-
-    def run(argv, env, stdin=None, timeout=300):
-        p = subprocess.run(argv, env=env, input=stdin, capture_output=True, timeout=timeout)
-        if p.returncode != 0:
-            raise RuntimeError(f"{argv[0]} exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
-        return p.stdout
-
-    sql = f"""
-CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT, v REAL, grp INTEGER);
-WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {rows})
-INSERT INTO t SELECT x, 'name' || (x * 7919 % {rows}), x * 0.25, x % 97 FROM c;
-CREATE INDEX ti ON t(name);
-SELECT grp, count(*), sum(v), min(name), max(name) FROM t GROUP BY grp ORDER BY grp LIMIT 10;
-SELECT count(DISTINCT name) FROM t;
-DELETE FROM t WHERE id % 3 = 0;
-SELECT count(*), sum(length(name)) FROM t;
-""".encode()
-
-    def redis(env):
-        port = free_port()
-        srv = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            cli = ["redis-cli", "-h", "127.0.0.1", "-p", str(port)]
-            for _ in range(100):
-                if subprocess.run(cli + ["ping"], capture_output=True).stdout.strip() == b"PONG":
-                    break
-                if srv.poll() is not None:
-                    raise RuntimeError("redis-server exited: " + srv.stderr.read().decode(errors="replace")[-2000:])
-                time.sleep(0.05)
-            else:
-                raise RuntimeError("redis-server did not answer")
-            n = str(int(2000 * scale))
-            subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-q", "-n", n,
-                            "-t", "set,get,lpush,lpop"], capture_output=True, check=True, timeout=120)
-            out = []
-            for i in range(50):
-                subprocess.run(cli + ["set", f"key{i}", "v" * (i * 37 % 900)], capture_output=True, check=True)
-            subprocess.run(cli + ["rpush", "list", *[str(i) for i in range(200)]], capture_output=True, check=True)
-            for i in range(50):
-                out.append(subprocess.run(cli + ["get", f"key{i}"], capture_output=True).stdout)
-            out.append(subprocess.run(cli + ["lrange", "list", "0", "-1"], capture_output=True).stdout)
-            out.append(subprocess.run(cli + ["llen", "list"], capture_output=True).stdout)
-            rss = None
-            try:
-                with open(f"/proc/{srv.pid}/status") as f:
-                    for line in f:
-                        if line.startswith("VmHWM:"):
-                            rss = int(line.split()[1])
-            except OSError:
-                pass
-            subprocess.run(cli + ["shutdown", "nosave"], capture_output=True)
-            srv.wait(timeout=20)
-            return b"".join(out), rss
-        finally:
-            if srv.poll() is None:
-                srv.kill()
-                srv.wait()
-
-    return [
-        {"name": "python3", "needs": [py], "run": lambda env: (run([py, "-c", PY_SCRIPT, str(int(80000 * scale))], env), None)},
-        {"name": "sqlite3", "needs": ["sqlite3"], "run": lambda env: (run(["sqlite3", ":memory:"], env, stdin=sql), None)},
-        {"name": "perl", "needs": ["perl"], "run": lambda env: (run(["perl", "-e", PERL_SCRIPT, str(int(60000 * scale))], env), None)},
-        {"name": "gcc", "needs": ["gcc"], "run": lambda env: (run(["gcc", "-O2", "-S", "-o", "-", cfile], env), None)},
-        {"name": "sort", "needs": ["sort"], "run": lambda env: (
-            hashlib.sha256(run(["sort", text], dict(env, LC_ALL="C"))).hexdigest().encode(), None)},
-        {"name": "xz", "needs": ["xz"], "run": lambda env: xz_roundtrip(run, text, env)},
-        {"name": "redis", "needs": ["redis-server", "redis-cli", "redis-benchmark"], "run": redis},
-        {"name": "git", "needs": ["git"], "run": lambda env: git_repo(run, work, env, int(300 * scale))},
-        {"name": "tclsh", "needs": ["tclsh"], "run": lambda env: (run(["tclsh", tcl, str(int(60000 * scale))], env), None)},
-    ]
-
-
-TCL_SCRIPT = r"""
-set n [lindex $argv 0]
-set d [dict create]
-for {set i 0} {$i < $n} {incr i} { dict set d k$i [list $i [string repeat x [expr {$i % 50}]]] }
-set s 0
-dict for {k v} $d { incr s [string length [lindex $v 1]] }
-set l {}
-for {set i 0} {$i < $n} {incr i} { lappend l [format %08d [expr {($i * 7919) % $n}]] }
-set l [lsort $l]
-puts "$s [llength $l] [lindex $l 0] [lindex $l end] [string length [join $l ,]]"
-"""
-
-
-def git_repo(run, work, env, files):
-    """Three commits of `files` files in a fresh repository, then log, gc and
-    fsck: the output (hashes included) is fixed by the fixed dates and names."""
-    repo = tempfile.mkdtemp(dir=work)
-    try:
-        e = dict(env, HOME=repo, GIT_CONFIG_NOSYSTEM="1", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org",
-                 GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org",
-                 GIT_AUTHOR_DATE="2026-01-01T00:00:00Z", GIT_COMMITTER_DATE="2026-01-01T00:00:00Z")
-        git = ["git", "-C", repo, "-c", "init.defaultBranch=main"]
-        run(git + ["init", "-q"], e)
-        for c in range(3):
-            for i in range(files):
-                with open(os.path.join(repo, f"f{i}.txt"), "w") as f:
-                    f.write(f"file {i} commit {c}\n" * (1 + (i * 7 + c) % 40))
-            run(git + ["add", "-A"], e)
-            run(git + ["commit", "-q", "-m", f"commit {c}"], e)
-        out = run(git + ["log", "--stat", "--format=%H %s"], e)
-        run(git + ["gc", "-q"], e)
-        out += run(git + ["fsck", "--no-progress", "--strict"], e)
-        out += run(git + ["rev-list", "--all", "--objects"], e)
-        return out, None
-    finally:
-        shutil.rmtree(repo, ignore_errors=True)
-
-
-def xz_roundtrip(run, path, env):
-    with open(path, "rb") as f:
-        data = f.read()
-    packed = run(["xz", "-T2", "-3", "-c", path], env)
-    p = subprocess.run(["xz", "-T2", "-d", "-c"], env=env, input=packed, capture_output=True)
-    if p.returncode != 0 or p.stdout != data:
-        raise RuntimeError("xz round trip changed the data")
-    return hashlib.sha256(packed).hexdigest().encode(), None
-
-
-def available(prog):
-    return all(shutil.which(x) or os.path.exists(x) for x in prog["needs"])
+try:
+    from slabkit import programs as P
+    from slabkit import registry
+except ImportError:             # not the build's Python: the one make made has the package
+    _venv = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "venv", "bin", "python")
+    if not os.path.exists(_venv):
+        sys.exit(f"bench/real_programs.py: no {_venv}: run make first")
+    os.execv(_venv, [_venv] + sys.argv)
 
 
 def allocators(build, designs, pages):
+    """(name, library or None, env) to run, and the names of absent peers."""
     out = [("glibc", None, {})]
     lib = os.path.join(build, "libslabkit.so")
     for d in designs:
         for p in pages:
             out.append((f"slabkit-{d}-{p}", lib, {"SLABKIT_DESIGN": d, "SLABKIT_PAGES": p}))
-    for name, so in OTHERS:
-        path = os.path.join(LIBDIR, so)
-        if os.path.exists(path):
+    absent = []
+    for name in registry.PEERS:
+        path = registry.find_peer(name)
+        if path:
             out.append((name, path, {}))
-    return out
+        else:
+            absent.append(name)
+    return out, absent
 
 
 def measure(prog, env):
@@ -275,17 +74,17 @@ def main():
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     work = tempfile.mkdtemp(prefix="slabkit-real-")
-    progs = [p for p in programs(work, args.scale) if available(p)]
+    progs = [p for p in P.programs(work, args.scale) if P.available(p)]
     if args.only:
         progs = [p for p in progs if p["name"] in args.only.split(",")]
-    allocs = allocators(build, args.designs.split(","), args.pages.split(","))
+    allocs, absent = allocators(build, args.designs.split(","), args.pages.split(","))
     results = {}
     # ru_maxrss of RUSAGE_CHILDREN is a running maximum, so each measured run
     # happens in a fresh helper process that reports its own children's peak.
     for prog in progs:
         for rep in range(args.repeat):
             for name, lib, extra in allocs:      # interleaved
-                env = dict(os.environ, **extra)
+                env = dict(os.environ, **extra)      # the user's SLABKIT_* settings apply
                 env.pop("LD_PRELOAD", None)
                 if lib:
                     env["LD_PRELOAD"] = lib
@@ -315,7 +114,8 @@ def main():
                          "rss_vs_glibc": r / base_r if base_r else None})
     shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        print(json.dumps({"benchmark": "real_programs", "scale": args.scale, "repeat": args.repeat, "rows": rows}, indent=1))
+        print(json.dumps({"benchmark": "real_programs", "scale": args.scale, "repeat": args.repeat, "rows": rows,
+                          "absent": absent}, indent=1))
         return
     print(f"{'program':<9} {'allocator':<24} {'seconds':>8} {'spread':>7} {'peak RSS':>10} {'t/glibc':>8} {'rss/glibc':>9}")
     for r in rows:
@@ -326,12 +126,14 @@ def main():
         rv = f"{r['rss_vs_glibc']:.2f}" if r["rss_vs_glibc"] else "-"
         print(f"{r['program']:<9} {r['allocator']:<24} {r['seconds']:8.3f} {100 * r['spread']:6.1f}% "
               f"{int(r['peak_rss_kib']):>8}K {tv:>8} {rv:>9}")
+    for name in absent:
+        print(f"{name}: absent (not installed; make bench installs it)")
     print("goal: the default design (slab, ibuddy) no slower than glibc and within 1.1x its peak RSS")
 
 
 def one():
     name, work, scale = sys.argv[2], sys.argv[3], float(sys.argv[4])
-    prog = next(p for p in programs(work, scale) if p["name"] == name)
+    prog = next(p for p in P.programs(work, scale) if p["name"] == name)
     print(json.dumps(measure(prog, dict(os.environ))))
 
 

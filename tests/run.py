@@ -6,7 +6,12 @@ A test source says how it runs in its first lines (see tests/test.h):
   test-matrix: pages | designs | designs pages | none
   test-preload      run with LD_PRELOAD=<build>/libslabkit.so (skipped with --sanitize)
   test-timeout: N   seconds (default 300)
-Ends with one line "N passed, N failed" and a non-zero exit on any failure.
+A test source without its binary fails (the build is incomplete); a skip is
+printed with its reason and counted; pytest collecting no test fails.
+Ends with one line "N passed, N failed, N skipped" and a non-zero exit on any
+failure.
+Runs in the build's Python environment (make test: <build>/venv/bin/python),
+whose pytest and slabkit package the suites use.
 """
 import argparse
 import concurrent.futures as cf
@@ -16,13 +21,12 @@ import subprocess
 import sys
 import time
 
+try:
+    from slabkit.registry import DESIGNS, PAGES, designs_built
+except ImportError:
+    sys.exit("tests/run.py runs in the build's Python: make test, or build/venv/bin/python tests/run.py")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PAGES = ["buddy", "ibuddy"]
-ALL_DESIGNS = ["slab", "slub", "slob", "slqb"]
-
-
-def designs_built():
-    return [d for d in ALL_DESIGNS if os.path.exists(os.path.join(ROOT, "src", "kmem", d + ".c"))]
 
 
 def read_header(src):
@@ -36,21 +40,27 @@ def read_header(src):
 
 
 def cases(build, sanitize, only):
-    out = []
+    """(cases to run, [(label, why)] skipped).  A case whose binary is missing
+    is kept: running it fails with the reason."""
+    out, skipped = [], []
+    built = designs_built(ROOT)
     for tier in ("unit", "stress", "integration"):
-        d = os.path.join(build, "tests", tier)
-        if not os.path.isdir(d):
-            continue
-        for name in sorted(os.listdir(d)):
-            src = os.path.join(ROOT, "tests", tier, name + ".c")
-            if not os.path.exists(src) or (only and not re.search(only, f"{tier}/{name}")):
+        srcdir = os.path.join(ROOT, "tests", tier)
+        for src in sorted(f for f in os.listdir(srcdir) if f.endswith(".c")):
+            name = src[:-2]
+            d = os.path.join(build, "tests", tier)
+            if only and not re.search(only, f"{tier}/{name}"):
                 continue
-            h = read_header(src)
+            h = read_header(os.path.join(srcdir, src))
             if h["preload"] and sanitize:
+                skipped.append((f"{tier}/{name}", "runs under LD_PRELOAD, which a sanitizer build cannot"))
                 continue
-            designs = designs_built() if "designs" in h["matrix"] else [None]
+            designs = DESIGNS if "designs" in h["matrix"] else [None]
             pages = PAGES if "pages" in h["matrix"] else [None]
             for de in designs:
+                if de and de not in built:
+                    skipped.append((f"{tier}/{name} design={de}", f"no src/kmem/{de}.c"))
+                    continue
                 for pa in pages:
                     env = dict(os.environ)
                     label = f"{tier}/{name}"
@@ -64,12 +74,14 @@ def cases(build, sanitize, only):
                         env["LD_PRELOAD"] = os.path.join(build, "libslabkit.so")
                     env["SLABKIT_BUILD"] = build
                     out.append((label, [os.path.join(d, name)], env, h["timeout"]))
-    return out
+    return out, skipped
 
 
 def run_case(case):
     label, argv, env, timeout = case
     t0 = time.time()
+    if not os.path.exists(argv[0]):
+        return label, False, f"no binary {argv[0]} (the build is incomplete: run make)", 0.0
     try:
         p = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, timeout=timeout)
         ok = p.returncode == 0
@@ -83,6 +95,30 @@ def run_case(case):
     return label, ok, detail, time.time() - t0
 
 
+def run_pytest(build):
+    """The pytest suites under tests/python: (passed, failed, skipped).  The
+    skips' reasons are printed (-rs); collecting no test is a failure."""
+    pydir = os.path.join(ROOT, "tests", "python")
+    env = dict(os.environ, SLABKIT_BUILD=build)
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", pydir],
+                       env=env, cwd=ROOT, capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    print(out[-8000:])
+    # pytest's closing line: "1 failed, 217 passed, 3 skipped in 91.5s"
+    summary = next((line for line in reversed(p.stdout.splitlines())
+                    if re.search(r"\d+ (passed|failed|skipped|errors?)\b", line)), "")
+    count = lambda what: sum(int(n) for n in re.findall(rf"(\d+) {what}\b", summary))
+    py_pass, py_skip = count("passed"), count("skipped")
+    py_fail = count("failed") + count("errors?")
+    if p.returncode == 5:
+        print("pytest: no tests collected (is the build's Python environment complete?)")
+        py_fail += 1
+    elif p.returncode != 0 and py_fail == 0:
+        py_fail = 1
+    print(f"pytest: {py_pass} passed, {py_fail} failed, {py_skip} skipped")
+    return py_pass, py_fail, py_skip
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build")
@@ -94,7 +130,10 @@ def main():
     build = os.path.abspath(args.build)
 
     passed = failed = 0
-    todo = cases(build, args.sanitize, args.only)
+    todo, skips = cases(build, args.sanitize, args.only)
+    for label, why in skips:
+        print(f"SKIP {label}: {why}", flush=True)
+    skipped = len(skips)
     with cf.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for label, ok, detail, secs in pool.map(run_case, todo):
             if ok:
@@ -105,26 +144,13 @@ def main():
                 print(f"FAIL {label} ({secs:.1f} s)\n" + "\n".join("    " + l for l in detail.splitlines()[-60:]),
                       flush=True)
 
-    pydir = os.path.join(ROOT, "tests", "python")
-    if not args.no_pytest and not args.sanitize and os.path.isdir(pydir) and \
-            any(f.startswith("test_") for f in os.listdir(pydir)):
-        env = dict(os.environ, SLABKIT_BUILD=build)
-        p = subprocess.run([sys.executable, "-m", "pytest", "-q", pydir],
-                           env=env, cwd=ROOT, capture_output=True, text=True)
-        out = p.stdout + p.stderr
-        print(out[-6000:])
-        m_pass = re.search(r"(\d+) passed", out)
-        m_fail = re.search(r"(\d+) failed", out)
-        m_err = re.search(r"(\d+) errors?", out)
-        py_pass = int(m_pass.group(1)) if m_pass else 0
-        py_fail = (int(m_fail.group(1)) if m_fail else 0) + (int(m_err.group(1)) if m_err else 0)
-        if p.returncode not in (0, 5) and py_fail == 0:
-            py_fail = 1
-        print(f"pytest: {py_pass} passed, {py_fail} failed")
+    if not args.no_pytest and not args.sanitize:
+        py_pass, py_fail, py_skip = run_pytest(build)
         passed += py_pass
         failed += py_fail
+        skipped += py_skip
 
-    print(f"{passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
     sys.exit(1 if failed or passed == 0 else 0)
 
 

@@ -5,10 +5,11 @@
  *    next definition (the allocator preloaded after us, or glibc) and measure.
  * 2. Otherwise (preload-only selector mode): read this executable's decision,
  *    $IMAS_HOME/decisions/<FNV-1a of /proc/self/exe, 16 hex digits> (or
- *    decisions/default), written by imasd; apply the policy (tools/imas/policy.py
- *    is the same rule) to pick the library; dlopen() it RTLD_LOCAL, resolve
- *    every forwarded symbol, then publish READY.  In test mode, also measure
- *    and write the log into $IMAS_HOME/spool.
+ *    decisions/default), written by imasd; apply the policy
+ *    (tools/slabkit/imas/policy.py is the same rule) to pick the library;
+ *    dlopen() it RTLD_LOCAL, resolve every forwarded symbol, then publish
+ *    READY.  In test mode, also measure and write the log into
+ *    $IMAS_HOME/spool.
  * 3. No decision, excluded, IMAS_HOME not private, or the library fails to
  *    load: forward to the next definition untouched.
  * A library with a large initial-exec TLS block (jemalloc) cannot be
@@ -316,7 +317,7 @@ static const struct cand *decide(bool *test)
         set_choice("next (decision without a balanced allocator)", NULL, NULL);
         return NULL;
     }
-    /* The policy; tools/imas/policy.py applies the same rule for `imas run`. */
+    /* The policy; tools/slabkit/imas/policy.py applies the same rule for `imas run`. */
     double load = load_per_cpu();
     uint64_t avail = free_bytes();
     if (load >= 0.75 && fastest.set && avail >= fastest.footprint) {

@@ -1,8 +1,9 @@
 /* util.c — allocation-free helpers for the shim: a string builder over a fixed
  * buffer (the JSON log is built with it instead of stdio, which may allocate),
  * number parsing, a careful file reader (O_NOFOLLOW, owner and mode checks),
- * the FNV-1a hash that names decision files (tools/imas/paths.py computes the
- * same), clocks and the one warning function.  No locks: callers own buffers. */
+ * the FNV-1a hash that names decision files (tools/slabkit/imas/paths.py
+ * computes the same), clocks and the one warning function.  No locks: callers
+ * own buffers. */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>

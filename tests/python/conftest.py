@@ -1,14 +1,13 @@
-"""Shared pytest fixtures: the repository root, the build directory (env
-SLABKIT_BUILD, default build) and the slabkit command line; tools/ goes on
-sys.path so tests can import the Python packages directly."""
+"""Shared pytest fixtures: the repository root, the build directory (as
+slabkit.env finds it: SLABKIT_BUILD, which tests/run.py sets, else the build
+whose environment runs pytest) and the slabkit command line.  The tests run
+in the build's Python environment, where the slabkit package is installed."""
 import os
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-sys.path.insert(0, os.path.join(ROOT, "bench"))      # real_programs
+from slabkit import programs, registry
+from slabkit.env import SOURCE_ROOT as ROOT, build_dir, clean_env  # noqa: F401 (clean_env: for the tests)
 
 
 @pytest.fixture(scope="session")
@@ -18,8 +17,7 @@ def root():
 
 @pytest.fixture(scope="session")
 def build():
-    b = os.environ.get("SLABKIT_BUILD", "build")
-    b = b if os.path.isabs(b) else os.path.join(ROOT, b)
+    b = build_dir()
     if not os.path.isdir(b):
         pytest.skip(f"no build directory {b} (run make)")
     return b
@@ -42,31 +40,19 @@ def lib(build):
     return so
 
 
-def clean_env():
-    """The environment without LD_PRELOAD or any SLABKIT_ setting: a program
-    runs on glibc, or a test sets exactly what it wants."""
-    env = dict(os.environ)
-    env.pop("LD_PRELOAD", None)
-    for k in list(env):
-        if k.startswith("SLABKIT_"):
-            del env[k]
-    return env
-
-
-# --- The real programs of bench/real_programs.py (test_real_programs.py,
+# --- The real programs of slabkit.programs (test_real_programs.py,
 # test_debug_programs.py) -------------------------------------------------
 
-DESIGNS = [d for d in ("slab", "slub", "slob", "slqb") if os.path.exists(os.path.join(ROOT, "src", "kmem", d + ".c"))]
-REAL_PROGRAMS = ["python3", "sqlite3", "perl", "gcc", "sort", "xz", "redis", "git", "tclsh"]
+DESIGNS = registry.designs_built(ROOT)
+REAL_PROGRAMS = programs.NAMES
 
 
 def real_program(progs, name):
-    """progs[name] (a definition from bench/real_programs.py), or a skip with
-    the reason when the program is not installed (.ci/run installs them)."""
-    import real_programs
+    """progs[name] (a definition from slabkit.programs), or a skip with the
+    reason when the program is not installed (make test installs them)."""
     prog = progs[name]
-    if not real_programs.available(prog):
-        pytest.skip(f"{name}: {', '.join(prog['needs'])} not installed (.ci/run installs it)")
+    if not programs.available(prog):
+        pytest.skip(f"{name}: {', '.join(prog['needs'])} not installed (make test installs it)")
     return prog
 
 

@@ -1,6 +1,6 @@
 """Debug mode makes no false reports: the real programs of test_real_programs.py
 (python3, sqlite3, perl, gcc, sort, xz, redis; definitions in
-bench/real_programs.py) run under LD_PRELOAD=libslabkit.so with
+slabkit.programs) run under LD_PRELOAD=libslabkit.so with
 SLABKIT_DEBUG=poison,redzone,guard for every design (page allocator
 ibuddy), at a smaller scale than the normal test (debug mode is slow: a stack
 per operation).  Each must print exactly what it prints on glibc, exit 0 and
@@ -27,7 +27,7 @@ import types
 
 import pytest
 
-import real_programs
+from slabkit import programs as real_programs
 from conftest import DESIGNS, REAL_PROGRAMS as NAMES, clean_env, glibc_output, real_program
 SCALE = 0.1
 # audit never touches a buffer (it only records), so it cannot cause a false

@@ -4,13 +4,13 @@ heavy), gcc -O2 (a generated C file), sort (2 MB), xz -T2 (round trip of 2 MB)
 redis-server answering redis-benchmark on 127.0.0.1 (started and stopped
 here), git (three commits of 300 files, log, gc, fsck: forked children
 throughout) and tclsh (dicts, lists, lsort).  Each program's output must
-equal its output on glibc (redis: the values read back).  The command definitions live in bench/real_programs.py,
+equal its output on glibc (redis: the values read back).  The command definitions live in slabkit.programs,
 shared with the timing benchmark.  A program that is not installed is skipped
-with the reason (.ci/run installs them)."""
+with the reason (make test installs them)."""
 
 import pytest
 
-import real_programs
+from slabkit import programs as real_programs
 from conftest import DESIGNS, REAL_PROGRAMS as NAMES, clean_env, glibc_output, real_program
 
 PAGES = ["buddy", "ibuddy"]

@@ -1,5 +1,5 @@
 /* trace.h — the allocation-trace format written by libslabkit_record.so and
- * read by replay (and by tools/slabkit/trace.py, which must agree with it).
+ * read by replay (and by tools/slabkit/lab/trace.py, which must agree with it).
  *
  * A trace is a 32-byte header then fixed 24-byte records, little-endian, in
  * the order the calls completed (a free is recorded before the block goes back,

@@ -1,5 +1,12 @@
-"""slabkit — the allocator lab's Python package (the `slabkit` command line).
+"""slabkit — the Python tools of slabkit, one package (tools/pyproject.toml):
 
-metrics.py holds the measurement definitions shared with IMAS; allocators.py,
-workloads.py, runner.py and report.py are the lab; trace.py reads the traces
-of `slabkit record`; stats.py is `slabkit stats`; cli.py the command line."""
+  lab/        the allocator lab: the `slabkit` command (bench, report, stats,
+              record, replay, allocators, workloads)
+  imas/       IMAS, the allocator selector: the `imas` and `imasd` commands
+  registry    the one list of allocators: slabkit's designs and page
+              allocators, the peer allocators and where their libraries are
+  programs    the real programs run under each allocator
+  metrics     the measurement definitions shared by the lab and IMAS
+  env         where the source tree and the build are; the environment of a
+              measured program
+"""

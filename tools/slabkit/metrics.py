@@ -6,7 +6,8 @@ stdlib-only and free of lab specifics).
 - requested: the bytes the program asked for, for live blocks (from the probe);
 - fragmentation (IMAS equation 3): (footprint - requested) / footprint, of the
   means of paired samples and of the peaks (peak footprint vs peak requested);
-- summaries: median with MAD and stdev, percentiles (linear interpolation);
+- summaries: median with MAD and stdev (the standard library's statistics),
+  percentiles (linear interpolation);
 - a tie test: a difference within the noise of two measurements is a tie;
 - ranks in the form of the kernel comparison's Table 3: 1 + the number of
   candidates that are better *and* not tied, so ties share a rank.
@@ -14,6 +15,7 @@ stdlib-only and free of lab specifics).
 import math
 import os
 import re
+import statistics
 
 # Relative differences below this are ties even when both spreads are zero
 # (a 1-repeat run, or three equal timings by chance): timer and scheduler noise
@@ -92,8 +94,8 @@ def frag_from_samples(samples):
     pts = [s for s in samples or [] if s[1] and s[2] is not None]
     if not pts:
         return None, None
-    mean_fp = sum(s[1] for s in pts) / len(pts)
-    mean_rq = sum(s[2] for s in pts) / len(pts)
+    mean_fp = statistics.fmean(s[1] for s in pts)
+    mean_rq = statistics.fmean(s[2] for s in pts)
     peak = max(pts, key=lambda s: s[1])
     return fragmentation(mean_fp, mean_rq), fragmentation(peak[1], peak[2])
 
@@ -112,7 +114,8 @@ def percentile(values, q):
 
 
 def median(values):
-    return percentile(values, 50)
+    xs = [v for v in values if v is not None]
+    return statistics.median(xs) if xs else None
 
 
 def mad(values):
@@ -120,8 +123,8 @@ def mad(values):
     xs = [v for v in values if v is not None]
     if not xs:
         return None
-    m = median(xs)
-    return median([abs(v - m) for v in xs])
+    m = statistics.median(xs)
+    return statistics.median(abs(v - m) for v in xs)
 
 
 def stdev(values):
@@ -129,10 +132,7 @@ def stdev(values):
     xs = [v for v in values if v is not None]
     if not xs:
         return None
-    if len(xs) < 2:
-        return 0.0
-    mu = sum(xs) / len(xs)
-    return math.sqrt(sum((v - mu) ** 2 for v in xs) / (len(xs) - 1))
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
 
 
 def summarize(values):
@@ -142,7 +142,7 @@ def summarize(values):
     if not xs:
         return {"n": 0, "median": None, "mad": None, "stdev": None, "min": None, "max": None, "mean": None}
     return {"n": len(xs), "median": median(xs), "mad": mad(xs), "stdev": stdev(xs),
-            "min": min(xs), "max": max(xs), "mean": sum(xs) / len(xs)}
+            "min": min(xs), "max": max(xs), "mean": statistics.fmean(xs)}
 
 
 def noise(summary):
@@ -190,7 +190,7 @@ def mean_rank_ranks(per_criterion_ranks):
     means = {}
     for n in names:
         vals = [r[n] for r in per_criterion_ranks.values() if r.get(n) is not None]
-        means[n] = sum(vals) / len(vals) if vals else None
+        means[n] = statistics.fmean(vals) if vals else None
     out = {}
     for n, m in means.items():
         if m is None:

@@ -12,6 +12,8 @@ every directory 0700 and owned by the user:
 import os
 import stat
 
+from ..env import build_dir
+
 
 class ImasError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
@@ -25,16 +27,6 @@ def home():
     if x and x.startswith("/"):
         return os.path.join(x, "imas")
     return os.path.join(os.path.expanduser("~"), ".local", "state", "imas")
-
-
-def build_dir():
-    """The slabkit build directory: IMAS_BUILD (set by the bin/ wrappers), else
-    build/ next to tools/."""
-    b = os.environ.get("IMAS_BUILD")
-    if b:
-        return os.path.abspath(b)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(root, "build")
 
 
 def libimas():

@@ -14,10 +14,7 @@ import os
 import re
 import stat
 
-try:
-    from slabkit import metrics
-except ImportError:                      # pragma: no cover - tools/ not on the path
-    metrics = None
+from .. import metrics
 
 MAX_BYTES = 4 << 20
 MAX_SAMPLES = 4096
@@ -156,15 +153,6 @@ def load(path):
     return parse(read_private(path))
 
 
-def fragmentation(footprint, requested):
-    if metrics is not None:
-        return metrics.fragmentation(footprint, requested)
-    # TODO(lead): only reached when tools/slabkit is missing.
-    if not footprint or footprint <= 0 or requested is None:
-        return None
-    return (footprint - requested) / footprint
-
-
 def test(log):
     """The figures one test contributes: {'time_ns', 'frag', 'footprint',
     'requested', 'wall', 'cpu', 'ops'}.  time_ns is the mean of the sampled
@@ -182,7 +170,7 @@ def test(log):
         fp = sum(s[1] for s in log["samples"]) / len(log["samples"])
         rq = sum(s[2] for s in log["samples"]) / len(log["samples"])
     ru = log.get("rusage") or {}
-    frag = fragmentation(fp, rq)
+    frag = metrics.fragmentation(fp, rq)
     return {
         "time_ns": tot / n if n else None,
         "frag": max(frag, 0.0) if frag is not None else None,

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from slabkit import trace
+from slabkit.lab import trace
 
 
 def record(slabkit_cli, out, cmd):

@@ -11,7 +11,7 @@ For one program, from each allocator's per-test figures:
                efficient (better frag rank, then lower fragmentation), as the paper.
 An allocator without a time or fragmentation figure takes the worst rank there.
 """
-from slabkit import metrics
+from .. import metrics
 
 
 class Ranking:

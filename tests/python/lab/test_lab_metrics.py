@@ -1,11 +1,12 @@
-"""The metric definitions (tools/slabkit/metrics.py) on known inputs, and the
+"""The metric definitions (slabkit.metrics) on known inputs, and the
 parsers of the lab (slabkit statistics, slabinfo)."""
 import math
 import os
 
 import pytest
 
-from slabkit import metrics, runner, stats
+from slabkit import metrics
+from slabkit.lab import runner, stats
 
 
 def test_fragmentation():

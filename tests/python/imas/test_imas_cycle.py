@@ -12,12 +12,11 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+from slabkit import registry
+from slabkit.env import SOURCE_ROOT as ROOT, build_dir, clean_env
+from slabkit.imas import candidates, daemon, db as dbm, paths
 
-from imas import candidates, paths  # noqa: E402
-
-BUILD = os.path.abspath(os.environ.get("SLABKIT_BUILD", os.path.join(ROOT, "build")))
+BUILD = build_dir()
 SHIM = os.path.join(BUILD, "libimas.so")
 IMAS = os.path.join(BUILD, "bin", "imas")
 IMASD = os.path.join(BUILD, "bin", "imasd")
@@ -77,15 +76,15 @@ def all_candidates():
     lib = slabkit_ok()
     if lib:
         src = os.path.join(ROOT, "src", "kmem")
-        for d in candidates.DESIGNS:
+        for d in registry.DESIGNS:
             if os.path.exists(os.path.join(src, d + ".c")):
                 out.append(candidates.Candidate(f"slabkit-{d}", lib, {"SLABKIT_DESIGN": d}))
     return out
 
 
 def env_for(home, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAS_") and k != "LD_PRELOAD"}
-    env.update(IMAS_HOME=str(home), IMAS_BUILD=BUILD, **extra)
+    env = clean_env()
+    env.update(IMAS_HOME=str(home), SLABKIT_BUILD=BUILD, **extra)
     return env
 
 
@@ -159,8 +158,6 @@ def test_full_cycle(tmp_path, probe_prog):
     assert "balanced" in st.stdout and "B" in st.stdout
 
     # Testing is over: the policy's choice, changing with the assumed load and memory.
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from imas import daemon, db as dbm
     with dbm.open_db(lay) as d:
         plan = daemon.plan_for(d, probe_prog, cands, daemon.Settings(lay))
     assert plan.mode == "select"

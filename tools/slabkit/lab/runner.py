@@ -19,12 +19,14 @@ import platform
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from . import metrics
+from .. import metrics
+from ..env import clean_env
 from .allocators import describe_status
 
 # The metrics of one run, their titles and units, and whether lower is better.
@@ -59,15 +61,6 @@ _OPS = re.compile(r"\bops=(\d+)")
 _FRAG_EVENTS = re.compile(r"frag(?:mentation)?[ _]events[: =]+(\d+)", re.I)
 
 
-def clean_env(base=None):
-    """The environment for a child: ours without any allocator or probe settings."""
-    env = dict(os.environ if base is None else base)
-    for k in list(env):
-        if k == "LD_PRELOAD" or k.startswith(("SLABKIT_", "IMAS_")):
-            del env[k]
-    return env
-
-
 def parse_frag_events(path):
     try:
         with open(path, errors="replace") as f:
@@ -93,11 +86,10 @@ def _time_weighted_mean(samples):
         return None
     if len(pts) == 1:
         return float(pts[0][1])
-    total = span = 0.0
-    for (t, v), (t2, _) in zip(pts, pts[1:]):
-        total += v * (t2 - t)
-        span += t2 - t
-    return total / span if span > 0 else sum(v for _, v in pts) / len(pts)
+    weights = [t2 - t for (t, _), (t2, _) in zip(pts, pts[1:])]
+    if sum(weights) <= 0:
+        return statistics.fmean(v for _, v in pts)
+    return statistics.fmean([v for _, v in pts[:-1]], weights)
 
 
 def run_one(alloc, workload, probe_lib=None, timeout=300.0, keep_dir=None):

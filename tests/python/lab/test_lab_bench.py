@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from slabkit import allocators as A
+from slabkit.lab import allocators as A
 
 
 def pick_allocators(root, build):

@@ -8,30 +8,19 @@ brought into a process (LD_PRELOAD and environment).
   src/kmem/ is skipped (the library would fall back to its default and the
   column would measure the wrong thing).
 - glibc: nothing preloaded.
-- jemalloc, tcmalloc, mimalloc: found in the usual library directories.
+- jemalloc, tcmalloc, mimalloc: found where the dynamic loader looks
+  (slabkit.registry, which holds every list of allocators).
 - NAME=/path/lib.so on the command line: any other malloc replacement.
 Every candidate gets a smoke test (a short workload under it); one that is
 missing or does not start is listed as skipped with the reason, never dropped.
 """
-import glob
 import os
 import re
 import signal
 import subprocess
 
-DESIGNS = ["slab", "slub", "slob", "slqb"]
-PAGES = ["buddy", "ibuddy"]
-# The library's defaults (src/core/options.c): SLAB on the lazy iBuddy.
-DEFAULT_DESIGN = "slab"
-DEFAULT_PAGES = "ibuddy"
+from ..registry import DEFAULT_DESIGN, DEFAULT_PAGES, DESIGNS, PAGES, PEERS, designs_built, find_peer
 
-_MULTIARCH = os.uname().machine + "-linux-gnu"
-LIB_DIRS = [f"/usr/lib/{_MULTIARCH}", "/usr/lib", "/usr/local/lib", "/usr/lib64", f"/usr/local/lib/{_MULTIARCH}"]
-EXTERNAL = {
-    "jemalloc": ["libjemalloc.so.2", "libjemalloc.so"],
-    "tcmalloc": ["libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so"],
-    "mimalloc": ["libmimalloc.so.2", "libmimalloc.so.2.*", "libmimalloc.so"],
-}
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -55,15 +44,6 @@ class Allocator:
     def to_json(self):
         return {"name": self.name, "kind": self.kind, "lib": self.lib, "env": self.env,
                 "status": "ok" if self.ok else "skipped", "reason": self.reason, "version": self.version}
-
-
-def find_external(name):
-    for d in LIB_DIRS:
-        for pat in EXTERNAL[name]:
-            hits = sorted(glob.glob(os.path.join(d, pat)))
-            if hits:
-                return hits[0]
-    return None
 
 
 def exports_malloc(lib):
@@ -135,16 +115,17 @@ def candidates(root, build, full=False, user=()):
         em = exports_malloc(lib)
         lib_reason = None if em is not False else f"{os.path.basename(lib)} does not export malloc yet"
     variants = slabkit_variants(full)
+    built = designs_built(root)
     for d, p in variants:
         reason = lib_reason
-        if reason is None and not os.path.exists(os.path.join(root, "src", "kmem", d + ".c")):
+        if reason is None and d not in built:
             reason = f"design {d} not built (no src/kmem/{d}.c)"
         a = Allocator(f"{d}+{p}", "slabkit", os.path.abspath(lib),
                       {"SLABKIT_DESIGN": d, "SLABKIT_PAGES": p}, reason)
         a.version = "slabkit (this tree)"
         out.append(a)
-    for name in EXTERNAL:
-        path = find_external(name)
+    for name in PEERS:
+        path = find_peer(name)
         a = Allocator(name, "external", path, None, None if path else "not installed")
         if path:
             a.version = package_version(path)
@@ -154,11 +135,6 @@ def candidates(root, build, full=False, user=()):
         a.version = package_version(a.lib)
         out = [o for o in out if o.name != a.name] + [a]
     return out
-
-
-def all_names(root, build):
-    names = ["glibc", "jemalloc", "tcmalloc", "mimalloc"] + [f"{d}+{p}" for d in DESIGNS for p in PAGES]
-    return names + DESIGNS + ["slabkit"]
 
 
 def select(cands, spec, root, build):

@@ -10,7 +10,7 @@ import json
 import os
 import re
 
-from . import metrics
+from .. import metrics
 from .runner import CRITERIA, METRICS
 
 MiB = 1024 * 1024

@@ -4,26 +4,20 @@ Read from $IMAS_HOME/candidates.conf when it exists, one per line:
     NAME = /abs/path/lib.so [KEY=VALUE ...]      ("-" as the path: the system allocator)
 otherwise discovered: the system allocator; slabkit with each design
 (build/libslabkit.so with SLABKIT_DESIGN, when the library exports malloc);
-jemalloc, tcmalloc and mimalloc where installed.  `imas candidates --write`
+jemalloc, tcmalloc and mimalloc where installed (slabkit.registry: the one
+list of allocators).  `imas candidates --write`
 saves the discovered list for editing.
 """
-import glob
 import os
 import re
 import struct
 
+from ..env import SOURCE_ROOT
+from ..registry import PEERS, designs_built, find_peer
 from .paths import ImasError, build_dir, write_private
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 ENV_RE = re.compile(r"^[A-Z0-9_]{1,64}=[^\s]{0,256}$")
-DESIGNS = ["slab", "slub", "slob", "slqb"]
-LIB_DIRS = [f"/usr/lib/{os.uname().machine}-linux-gnu", "/usr/lib64", "/usr/lib",
-            "/usr/local/lib", f"/usr/local/lib/{os.uname().machine}-linux-gnu"]
-EXTERNAL = [
-    ("jemalloc", ["libjemalloc.so.2", "libjemalloc.so"]),
-    ("tcmalloc", ["libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libtcmalloc_minimal.so"]),
-    ("mimalloc", ["libmimalloc.so.2", "libmimalloc.so.2.*", "libmimalloc.so"]),
-]
 
 
 class Candidate:
@@ -85,27 +79,16 @@ def elf_exports(path, symbol):
     return False
 
 
-def slabkit_designs(lib):
-    """Designs available in the slabkit build: those with a source file when
-    the source tree is there (the library falls back to its default otherwise)."""
-    src = os.path.join(os.path.dirname(build_dir()), "src", "kmem")
-    if os.path.isdir(src):
-        return [d for d in DESIGNS if os.path.exists(os.path.join(src, d + ".c"))]
-    return list(DESIGNS)
-
-
 def discover():
     out = [Candidate("system")]
     sk = os.path.join(build_dir(), "libslabkit.so")
     if os.path.isfile(sk) and elf_exports(sk, "malloc"):
-        for d in slabkit_designs(sk):
+        for d in designs_built(SOURCE_ROOT):
             out.append(Candidate(f"slabkit-{d}", sk, {"SLABKIT_DESIGN": d}))
-    for name, patterns in EXTERNAL:
-        for pat in patterns:
-            hits = sorted(h for d in LIB_DIRS for h in glob.glob(os.path.join(d, pat)))
-            if hits:
-                out.append(Candidate(name, os.path.realpath(hits[0])))
-                break
+    for name in PEERS:
+        path = find_peer(name)
+        if path:
+            out.append(Candidate(name, os.path.realpath(path)))
     return out
 
 

@@ -1,8 +1,7 @@
 """cli.py — the `slabkit` command line: bench, report, stats, record, replay,
 allocators, workloads (each with --help).  User mistakes end in one line on
-stderr and exit status 2, never a traceback.  Run as build/bin/slabkit (a
-wrapper that sets SLABKIT_ROOT and SLABKIT_BUILD) or as
-`python3 tools/slabkit/cli.py`."""
+stderr and exit status 2, never a traceback.  Installed as the console script
+`slabkit` (build/bin/slabkit); finds the build as slabkit.env says."""
 import argparse
 import os
 import shutil
@@ -11,24 +10,12 @@ import sys
 import tempfile
 import time
 
-if __package__ in (None, ""):          # run as a script: make the package importable, and keep
-    _here = os.path.dirname(os.path.abspath(__file__))   # trace.py etc. from shadowing the stdlib
-    sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-    sys.path.insert(0, os.path.dirname(_here))
-    __package__ = "slabkit"
-
-from slabkit import allocators as A          # noqa: E402
-from slabkit import report as R              # noqa: E402
-from slabkit import runner, stats, trace     # noqa: E402
-from slabkit import workloads as W           # noqa: E402
-from slabkit.allocators import LabError      # noqa: E402
-
-ROOT = os.environ.get("SLABKIT_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def build_dir():
-    b = os.environ.get("SLABKIT_BUILD") or "build"
-    return os.path.abspath(b if os.path.isabs(b) else os.path.join(ROOT, b))
+from ..env import SOURCE_ROOT as ROOT, build_dir, clean_env
+from . import allocators as A
+from . import report as R
+from . import runner, stats, trace
+from . import workloads as W
+from .allocators import LabError
 
 
 class Parser(argparse.ArgumentParser):
@@ -50,7 +37,7 @@ def probe_lib(build, disabled, notes):
     exe = os.path.join(build, "bench", "workloads", "sizes")
     with tempfile.TemporaryDirectory(prefix="slabkit-probe-") as d:
         out = os.path.join(d, "p.json")
-        env = runner.clean_env()
+        env = clean_env()
         env.update(LD_PRELOAD=lib, IMAS_PROBE_OUT=out, IMAS_PROBE_INTERVAL_MS="10")
         try:
             r = subprocess.run([exe, "-n", "1000", "-r", "1"], env=env, capture_output=True, timeout=30)
@@ -70,13 +57,13 @@ def record_reference_trace(build, out, notes):
     allocator.  Returns the trace path, or None with a note."""
     lib = os.path.join(build, "libslabkit_record.so")
     gcc = shutil.which("gcc") or shutil.which("cc")
-    src = os.path.join(ROOT, "bench", "workloads", "kernel.c")
+    src = os.path.join(ROOT, "bench", "workloads", "kernel.c") if ROOT else ""
     if not (gcc and os.path.exists(lib) and os.path.exists(src)):
         notes.append("no reference trace (needs gcc and libslabkit_record.so)")
         return None
     os.makedirs(out, exist_ok=True)
     d = tempfile.mkdtemp(prefix="slabkit-record-")
-    env = runner.clean_env()
+    env = clean_env()
     env.update(LD_PRELOAD=lib, SLABKIT_TRACE_OUT=os.path.join(d, "trace"))
     r = subprocess.run([gcc, "-O2", "-c", src, "-o", os.path.join(d, "k.o")], env=env, capture_output=True)
     files = sorted((os.path.join(d, f) for f in os.listdir(d) if f.startswith("trace.")),
@@ -217,7 +204,7 @@ def cmd_record(args):
         raise LabError(f"record: command not found: {cmd[0]}")
     out = args.output or f"{os.path.basename(cmd[0])}.sktrace"
     d = tempfile.mkdtemp(prefix="slabkit-record-")
-    env = runner.clean_env()
+    env = clean_env()
     env.update(LD_PRELOAD=lib, SLABKIT_TRACE_OUT=os.path.join(d, "trace"))
     rc = subprocess.call(cmd, env=env)
     files = [os.path.join(d, f) for f in os.listdir(d) if f.startswith("trace.")]

@@ -5,14 +5,11 @@ refused; state directories are private."""
 import json
 import os
 import stat
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-
-from imas import candidates, daemon, db as dbm, logs, paths  # noqa: E402
+from slabkit.env import build_dir
+from slabkit.imas import candidates, daemon, db as dbm, logs, paths
 
 
 def good_log(**over):
@@ -162,7 +159,7 @@ def test_daemon_once_survives_garbage(home, tmp_path):
     import subprocess
     write(home, "junk.json", b"\x00\x01garbage")
     write(home, "ok.json", good_log())
-    imasd = os.path.join(os.environ.get("SLABKIT_BUILD", os.path.join(ROOT, "build")), "bin", "imasd")
+    imasd = os.path.join(build_dir(), "bin", "imasd")
     if not os.path.exists(imasd):
         pytest.skip("imasd wrapper not built")
     env = dict(os.environ, IMAS_HOME=home.home, IMAS_RETEST_INTERVAL="0")

@@ -5,4 +5,6 @@ each new process the right one for the system's state.
 
 Modules: paths (state layout, security checks), candidates (which allocators),
 logs (probe-log validation), db (SQLite statistics), ranking, policy,
-daemon (imasd), cli (imas), evaluate (the Figure 8 comparison)."""
+daemon (imasd), cli (imas), evaluate (the Figure 8 comparison).  The
+allocators, the real programs and the measurement come from the slabkit
+package around it (registry, programs, metrics)."""

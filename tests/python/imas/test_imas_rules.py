@@ -4,16 +4,13 @@ retest interval, crashed and missing candidates), the decision file, and the
 C shim's copy of the policy agreeing with policy.py."""
 import os
 import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
+from slabkit.env import build_dir
+from slabkit.imas import candidates, daemon, db as dbm, paths, policy, ranking
 
-from imas import candidates, daemon, db as dbm, paths, policy, ranking  # noqa: E402
-
-BUILD = os.environ.get("SLABKIT_BUILD", os.path.join(ROOT, "build"))
+BUILD = build_dir()
 MB = 1 << 20
 
 
@@ -237,7 +234,7 @@ def test_shim_policy_matches_python(tmp_path):
 
 
 def test_evaluate_summary_arithmetic():
-    from imas import evaluate
+    from slabkit.imas import evaluate
     res = [{"name": "p1", "pick": "a", "rule": "balanced", "roles": {}, "marks": {},
             "means": {"system": {"time_ns": 100, "frag": 0.5, "footprint": 10, "wall": 1},
                       "a": {"time_ns": 80, "frag": 0.4, "footprint": 12, "wall": 1}}},

@@ -1,7 +1,7 @@
 """evaluate.py — `imas evaluate`: the paper's Figure 8 on this machine.
 
-For each program (real programs — python3, sqlite3, perl, xz, gcc's cc1 — and
-the lab's workloads):
+For each program (real programs — python3, sqlite3, perl, xz, gcc's cc1, as
+slabkit.programs defines them — and the lab's workloads):
  1. training, the whole IMAS cycle: `imas run` in test mode with the candidate
     the plan names, then imasd folds the log, until every candidate has been
     tested N times (retest interval 0).  Each program trains in its own state
@@ -17,14 +17,16 @@ the lab's workloads):
 Writes evaluate.md, evaluate.json and PNG plots into --out.
 """
 import json
-import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from .. import programs
+from ..lab import workloads
 from . import candidates as cands_mod
 from . import logs
 from .daemon import Settings, plan_for, run_once
@@ -32,55 +34,12 @@ from .db import open_db
 from .paths import ImasError, Layout, build_dir, resolve_program, write_private
 from .policy import choose, read_state
 
-PY = ("d = {}\nfor i in range(150000):\n    d[str(i) * 3] = [i] * (i % 7)\n"
-      "s = sorted(d, key=len)\nfor k in s[::2]:\n    del d[k]\nimport json\nx = json.dumps(d)\nprint(len(x))")
-SQL = ("CREATE TABLE t(a INTEGER, b TEXT); "
-       "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 120000) "
-       "INSERT INTO t SELECT x, hex(randomblob(16 + x % 64)) FROM c; "
-       "CREATE INDEX ti ON t(b); SELECT count(*), sum(length(b)) FROM t GROUP BY a % 10 LIMIT 1;")
-PERL = ('my %h; for my $i (1..150000) { $h{"k$i"} = "v" x ($i % 200); } '
-        'my @k = sort keys %h; delete $h{$_} for @k[0..50000]; print scalar(keys %h), "\\n";')
-
-
-def _c_source(path, funcs):
-    with open(path, "w") as f:
-        for i in range(funcs):
-            f.write(f"static int tab{i}[] = {{{', '.join(str(j) for j in range(40))}}};\n"
-                    f"int f{i}(int x) {{ int s = 0; for (int j = 0; j < 40; j++) s += tab{i}[j] * x;"
-                    f" if (s % 3) return s + f{max(i - 1, 0)}(x - 1); return s; }}\n")
-
-
 def real_programs(work, full):
     """(name, argv, stdin path or None) of the real programs found here."""
-    out = []
-    py = shutil.which("python3", path="/usr/bin:/bin") or shutil.which("python3")
-    if py:
-        out.append(("python3", [py, "-c", PY], None))
-    if shutil.which("sqlite3"):
-        out.append(("sqlite3", [shutil.which("sqlite3"), ":memory:", SQL], None))
-    if shutil.which("perl"):
-        out.append(("perl", [shutil.which("perl"), "-e", PERL], None))
-    if shutil.which("xz"):
-        data = os.path.join(work, "xz-input")
-        with open(data, "wb") as f:
-            for i in range(60000 if full else 25000):
-                f.write(f"{i} {i * 7919 % 10007} line of text for the compressor\n".encode())
-        out.append(("xz", [shutil.which("xz"), "-T1", "-6", "-c", data], None))
-    gcc = shutil.which("gcc")
-    if gcc:
-        cc1 = subprocess.run([gcc, "-print-prog-name=cc1"], capture_output=True, text=True).stdout.strip()
-        if cc1 and os.path.isfile(cc1):
-            src = os.path.join(work, "unit.c")
-            _c_source(src, 400 if full else 150)
-            out.append(("cc1", [cc1, "-quiet", "-O2", src, "-o", os.devnull], None))
-    return out
+    return [(name, argv, None) for name, argv in programs.commands(work, 2.0 if full else 1.0)]
 
 
 def lab_programs(full):
-    try:
-        from slabkit import workloads
-    except ImportError:
-        return []
     names = workloads.DEFAULT if full else ["sizes:small", "lifetime:200"]
     out = []
     for n in names:
@@ -165,15 +124,13 @@ def holdout(argv, cands, reps, timeout, tmp):
 
 def _mean(xs):
     xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
+    return statistics.fmean(xs) if xs else None
 
 
 def _se(xs):
+    """Standard error of the mean."""
     xs = [x for x in xs if x is not None]
-    if len(xs) < 2:
-        return 0.0
-    m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+    return statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else 0.0
 
 
 def gain(sys_v, v):
@@ -184,11 +141,8 @@ def gain(sys_v, v):
 
 
 def _median(xs):
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return None
-    k = len(xs) // 2
-    return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
 
 
 def summarize(results, names):
