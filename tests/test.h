@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <pthread.h>
 
 #pragma GCC diagnostic ignored "-Wformat-zero-length"
 
@@ -89,6 +90,34 @@ static inline void run_in_child(void (*fn)(void *), void *arg, struct child_resu
 static inline bool child_aborted(const struct child_result *r)
 {
     return WIFSIGNALED(r->status) && WTERMSIG(r->status) == SIGABRT;
+}
+
+/* Runs fn in n threads, all alive at once (a barrier holds each until every
+ * one has run fn), and joins them: before a test takes its baseline
+ * statistics, so the per-thread structs its own n threads will need are
+ * already in the library's pool (kept for reuse, never freed) and do not
+ * show as the workload's allocations. */
+struct test_threads { pthread_barrier_t all_ran; void *(*fn)(void *); };
+
+static inline void *test_threads_body(void *arg)
+{
+    struct test_threads *tt = arg;
+    tt->fn(NULL);
+    pthread_barrier_wait(&tt->all_ran);
+    return NULL;
+}
+
+static inline void test_threads_run(int n, void *(*fn)(void *))
+{
+    pthread_t th[64];
+    struct test_threads tt = { .fn = fn };
+    n = n < 64 ? n : 64;
+    pthread_barrier_init(&tt.all_ran, NULL, (unsigned)n);
+    for (int i = 0; i < n; i++)
+        pthread_create(&th[i], NULL, test_threads_body, &tt);
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&tt.all_ran);
 }
 
 #endif

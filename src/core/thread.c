@@ -43,14 +43,14 @@ static struct sk_thread *pool_get(void)
         pool = t->next;
     } else {
         if (carve == carve_end) {
-            char *block = page_alloc(2, 1 /* KM_NOSLEEP */);
+            char *block = page_alloc(THREAD_BLOCK_ORDER, 1 /* KM_NOSLEEP */);
             if (!block) {
                 lock_release(&pool_lock);
                 return NULL;
             }
             page_desc_of(block)->kind = PAGE_INTERNAL;
             carve = (struct sk_thread *)block;
-            carve_end = carve + (PAGE_SIZE << 2) / sizeof(struct sk_thread);
+            carve_end = carve + (PAGE_SIZE << THREAD_BLOCK_ORDER) / sizeof(struct sk_thread);
         }
         t = carve++;
     }

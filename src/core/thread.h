@@ -11,13 +11,19 @@
  * the shared (locked) paths, and never recreate a cache that would leak.  The
  * struct goes back to a pool and is reused.
  *
- * sk_self is never NULL and a per-cache slot is never NULL either: a slot
- * with no state holds CPU_EMPTY, a read-only zeroed block, and every design
- * lays out its per-thread state so that all-zero means "take the slow path"
- * (no rounds, no free list).  So a fast path is sk_self->cpu[cp->cpu_slot]
- * with no test at all: the static states and the overflow slot (caches whose
- * id is beyond the inline slots) hold CPU_EMPTY too, and the slow path sorts
- * out which case it is.
+ * Per-cache state comes in two parts.  The part a design's fast paths touch
+ * (at most CPU_HOT_SIZE bytes: a magazine's bounds, a free-list head) is
+ * kept inline here, in hot[], at the cache's slot: a fast path reaches it
+ * with an add (kmem_cache.cpu_off, also in every owner entry), never a load,
+ * because the next allocation of a class waits for the previous free's
+ * stores to it, and a load in the way of their addresses cost two size
+ * classes used in turn 30% (docs/benchmarks-malloc.md, "two sizes").  All
+ * zero means "take the slow path", and that is how it starts, how an exited
+ * thread's static state stays, and how the overflow slot (caches whose id is
+ * beyond the inline slots) always is: so a fast path makes no test at all.
+ * The rest (magazines held, statistics, partial slabs) the design allocates
+ * and hangs on cpu[], CPU_EMPTY when none; an overflow cache keeps its hot
+ * part there too, used by its slow paths only.
  *
  * Locking: thread_list_lock protects the list of all threads (walked by
  * kmem_cache_destroy, kmem_reap, statistics and the fork child). */
@@ -30,10 +36,13 @@
 struct page_desc;
 
 #define THREAD_CPU_INLINE 128    /* per-cache slots held inline: the generic caches and 64 more */
-#define THREAD_CPU_OVERFLOW THREAD_CPU_INLINE   /* cpu_slot of caches with larger ids: always CPU_EMPTY */
+#define THREAD_CPU_OVERFLOW THREAD_CPU_INLINE   /* slot of caches with larger ids: hot[] always zero */
+#define CPU_HOT_SIZE 32          /* bytes of a design's fast-path state per cache, inline */
+/* Thread structs are carved from blocks of 2^THREAD_BLOCK_ORDER pages (12
+ * structs of about 5 KiB), a bump pointer at a time, and kept for reuse. */
+#define THREAD_BLOCK_ORDER 4
 
-/* The zeroed, read-only stand-in for "no per-thread state" (see above); a
- * design's fast-path fields must lie within its first CPU_EMPTY_SIZE bytes. */
+/* The zeroed, read-only stand-in for "no per-thread state" in cpu[]. */
 #define CPU_EMPTY_SIZE 256
 extern const char thread_cpu_empty[CPU_EMPTY_SIZE];
 #define CPU_EMPTY ((void *)thread_cpu_empty)
@@ -41,8 +50,9 @@ extern const char thread_cpu_empty[CPU_EMPTY_SIZE];
 enum thread_state { THREAD_UNATTACHED, THREAD_LIVE, THREAD_EXITED };
 
 struct sk_thread {
-    /* Object layer: this thread's per-cache state (magazines, cpu slab, LIFO
-     * queue...), indexed by kmem_cache.id; NULL until the design creates it. */
+    /* Object layer: per cache (indexed by kmem_cache.id), the fast paths'
+     * state, inline (see above), and the rest of the design's state. */
+    _Alignas(CACHE_LINE) char hot[THREAD_CPU_INLINE + 1][CPU_HOT_SIZE];  /* zero: none */
     void *cpu[THREAD_CPU_INLINE + 1];   /* CPU_EMPTY when none; [THREAD_CPU_OVERFLOW] always */
     void **cpu_more;             /* slots for ids >= THREAD_CPU_INLINE (NULL or CPU_EMPTY when none) */
     unsigned cpu_more_len;

@@ -263,8 +263,7 @@ static struct kmem_cache *cache_create(const char *name, size_t size, size_t ali
         return NULL;
     }
     cp->id = (unsigned)id;
-    cp->cpu_off = (unsigned)(offsetof(struct sk_thread, cpu) +
-                             (cp->id < THREAD_CPU_INLINE ? cp->id : THREAD_CPU_OVERFLOW) * sizeof(void *));
+    cp->cpu_off = (unsigned)offsetof(struct sk_thread, hot[cp->id < THREAD_CPU_INLINE ? cp->id : THREAD_CPU_OVERFLOW]);
     if (sk_design.cache_init(cp) != 0) {
         lock_acquire(&cache_list_lock);
         id_free(cp->id);

@@ -224,19 +224,28 @@ SK_INLINE void *cache_cpu(struct kmem_cache *cp)
 #define CACHE_TICK ((uint64_t)1 << 16)
 void cache_tick_carry(uint64_t *frees) SK_COLD;
 
-/* For fast paths: this thread's state for cp, never NULL and with no test --
- * CPU_EMPTY (all zero, read-only) whenever there is none, which every design
- * lays out to miss its fast path (thread.h). */
+/* For fast paths: this thread's hot part of its state for cp (thread.h),
+ * inline in its struct: all zero when there is none, which every design
+ * lays out to miss its fast path; never NULL, found with no load and no
+ * test. */
 SK_INLINE void *cache_cpu_fast(const struct kmem_cache *cp)
 {
-    return *(void **)((char *)sk_self + cp->cpu_off);
+    return (char *)sk_self + cp->cpu_off;
 }
 
 /* The same from an owner entry (page.h), which repeats cp->cpu_off: a free
  * finds the thread's state without waiting for the cache's own line. */
 SK_INLINE void *cache_cpu_owned(const struct page_owner *o)
 {
-    return *(void **)((char *)sk_self + o->cpu);
+    return (char *)sk_self + o->cpu;
+}
+
+/* Slow path, creating this thread's state for cp: where its hot part goes,
+ * the thread's inline slot, or `own` (in the design's own struct) for a
+ * cache beyond the inline slots, whose fast paths always miss. */
+SK_INLINE void *cache_cpu_hot(const struct kmem_cache *cp, void *own)
+{
+    return cp->id < THREAD_CPU_INLINE ? (void *)thread_self()->hot[cp->id] : own;
 }
 
 /* Marks a new slab's npages frames from mem as cp's (page_owner_set), with

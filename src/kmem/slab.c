@@ -148,20 +148,25 @@ struct depot {
     uint64_t interval_start;       /* ms, os_now_ms() */
 };
 
-/* One per thread per cache.  As in Solaris' kmem_cpu_cache, the loaded
- * magazine's fill lives here (its own `rounds` is stale while it is loaded),
- * so the fast paths read one struct and then one round.  The fill is kept as
- * pointers into loaded's rounds rather than a count and a capacity: a pop or
- * a push is then a compare with one bound and a step of the pointer, with no
- * index arithmetic and no load of `loaded` (3 instructions fewer per pair).
- * All zero (CPU_EMPTY: no state yet, or the thread has exited) misses both
- * fast paths: top == base, nothing to pop; top == limit, no room to push. */
-struct slab_cpu {
+/* One per thread per cache, in two parts (thread.h).  As in Solaris'
+ * kmem_cpu_cache, the loaded magazine's fill lives in the per-thread state
+ * (its own `rounds` is stale while it is loaded), so the fast paths read the
+ * hot part, inline in the thread's struct, and then one round.  The fill is
+ * kept as pointers into loaded's rounds rather than a count and a capacity: a
+ * pop or a push is then a compare with one bound and a step of the pointer,
+ * with no index arithmetic and no load of `loaded` (3 instructions fewer per
+ * pair).  All zero (no state yet, or handed back) misses both fast paths:
+ * top == base, nothing to pop; top == limit, no room to push. */
+struct slab_hot {
     void **base;                   /* loaded->round: top == base when it is empty */
     void **limit;                  /* loaded->round + its cap: top == limit when it is full */
-    void **top;                    /* loaded->round + its rounds: the next free slot.  Not at
-                                      offset 0..7, over kmem_cache.cpu_slot's bytes: 4K aliasing
-                                      (cache.h) made objcache 4.0 -> 4.7 ns there */
+    void **top;                    /* loaded->round + its rounds: the next free slot */
+    uint16_t ticks;                /* fast-path frees since the last step (cache.h's ticker) */
+};
+_Static_assert(sizeof(struct slab_hot) <= CPU_HOT_SIZE, "the fast paths' state fits the inline slot");
+
+struct slab_cpu {
+    struct slab_hot *hot;          /* the thread's inline slot, or own_hot (an overflow cache) */
     struct magazine *loaded;       /* &mag_none until the first real magazine */
     struct magazine *previous;     /* full or empty (count in its own rounds), or &mag_none */
     /* Statistics not yet folded into the cache's totals.  Only frees are
@@ -175,9 +180,8 @@ struct slab_cpu {
     uint64_t frees;                /* slow paths' frees, and the fast path's in steps of CACHE_TICK */
     uint64_t moved_in, moved_out;
     uint32_t slow;                 /* slow paths taken (the timed reap samples the clock) */
-    uint16_t ticks;                /* fast-path frees since the last step (cache.h's ticker) */
+    struct slab_hot own_hot;
 };
-_Static_assert(sizeof(struct slab_cpu) <= CPU_EMPTY_SIZE, "CPU_EMPTY covers the fast-path fields");
 
 struct slab_cache {
     /* Layout: read-only after cache_init. */
@@ -833,16 +837,17 @@ static void maglist_push(struct maglist *l, struct magazine *m)
 /* --- Per-thread state -------------------------------------------------------- */
 
 /* Rounds in the loaded magazine, and its capacity (0 for mag_none). */
-SK_INLINE uint32_t cpu_rounds(const struct slab_cpu *cpu) { return (uint32_t)(cpu->top - cpu->base); }
-SK_INLINE uint32_t cpu_cap(const struct slab_cpu *cpu) { return (uint32_t)(cpu->limit - cpu->base); }
+SK_INLINE uint32_t cpu_rounds(const struct slab_cpu *cpu) { return (uint32_t)(cpu->hot->top - cpu->hot->base); }
+SK_INLINE uint32_t cpu_cap(const struct slab_cpu *cpu) { return (uint32_t)(cpu->hot->limit - cpu->hot->base); }
 
-/* Make m the loaded magazine (its count moves into cpu). */
+/* Make m the loaded magazine (its count moves into the hot part). */
 static void cpu_load(struct slab_cpu *cpu, struct magazine *m)
 {
+    struct slab_hot *h = cpu->hot;
     cpu->loaded = m;
-    cpu->base = m->round;
-    cpu->top = m->round + (m->cap ? m->rounds : 0);
-    cpu->limit = m->round + m->cap;
+    h->base = m->round;
+    h->top = m->round + (m->cap ? m->rounds : 0);
+    h->limit = m->round + m->cap;
 }
 
 /* Write the loaded magazine's count back into it; returns it. */
@@ -867,6 +872,7 @@ static struct slab_cpu *cpu_get(struct kmem_cache *cp)
     cpu = cache_own_alloc(sizeof *cpu);
     if (!cpu)
         return NULL;
+    cpu->hot = cache_cpu_hot(cp, &cpu->own_hot);
     cpu->previous = &mag_none;
     cpu_load(cpu, &mag_none);
     *slot = cpu;
@@ -920,9 +926,10 @@ SK_NOINLINE static void *slab_alloc_slow(struct kmem_cache *cp, int flags)
         lock_release(&sc->lock);
         return obj;
     }
+    struct slab_hot *h = cpu->hot;
     for (;;) {
-        if (cpu->top != cpu->base)
-            return *--cpu->top;
+        if (h->top != h->base)
+            return *--h->top;
         struct magazine *m = cpu->loaded, *p = cpu->previous;
         if (p->rounds) {           /* previous is full: swap */
             cpu->previous = cpu_unload(cpu);
@@ -959,12 +966,12 @@ SK_NOINLINE static void *slab_alloc_slow(struct kmem_cache *cp, int flags)
     }
     /* The slab layer: fill loaded (one lock hold for a magazine's worth). */
     if (cpu_cap(cpu)) {
-        uint32_t n = slab_alloc_batch(cp, sc, cpu->base, cpu_cap(cpu), flags);
+        uint32_t n = slab_alloc_batch(cp, sc, h->base, cpu_cap(cpu), flags);
         if (!n)
             return NULL;
         cpu->moved_in += n;
-        cpu->top = cpu->base + n - 1;
-        return *cpu->top;
+        h->top = h->base + n - 1;
+        return *h->top;
     }
     if (!slab_alloc_batch(cp, sc, &obj, 1, flags))
         return NULL;
@@ -979,16 +986,16 @@ SK_NOINLINE static void *slab_alloc_slow_checked(struct kmem_cache *cp, int flag
     return likely(obj != NULL) ? obj : cache_alloc_failed(cp, flags);
 }
 
-/* The fast path: the thread's slot (a TLS load and an index, no test: an
- * empty slot is CPU_EMPTY), the loaded magazine's top, a pop -- 11
- * instructions.  `slow` is a constant at both call sites, so each compiles
- * to a tail jump. */
+/* The fast path: the thread's hot part (the TLS pointer plus the cache's
+ * offset, no test: an empty slot is all zero), the loaded magazine's top, a
+ * pop -- 11 instructions.  `slow` is a constant at both call sites, so each
+ * compiles to a tail jump. */
 SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struct kmem_cache *, int))
 {
-    struct slab_cpu *cpu = cache_cpu_fast(cp);
-    void **t = cpu->top;
-    if (likely(t != cpu->base)) {
-        cpu->top = t - 1;
+    struct slab_hot *h = cache_cpu_fast(cp);
+    void **t = h->top;
+    if (likely(t != h->base)) {
+        h->top = t - 1;
         return t[-1];
     }
     return slow(cp, flags);
@@ -1013,14 +1020,15 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
         lock_release(&sc->lock);
         return;
     }
+    struct slab_hot *h = cpu->hot;
     for (;;) {
         struct magazine *p = cpu->previous;
-        void **t = cpu->top;
+        void **t = h->top;
         if (HARDENED && t[-1] == obj)
             report_double_free(cp, obj, "on top of the thread's magazine");
-        if (t != cpu->limit) {
+        if (t != h->limit) {
             *t = obj;
-            cpu->top = t + 1;
+            h->top = t + 1;
             cpu->frees++;
             return;
         }
@@ -1084,26 +1092,34 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
 /* All frees a thread's state has counted. */
 SK_INLINE uint64_t cpu_frees(const struct slab_cpu *cpu)
 {
-    return __atomic_load_n(&cpu->frees, __ATOMIC_RELAXED) + __atomic_load_n(&cpu->ticks, __ATOMIC_RELAXED);
+    return __atomic_load_n(&cpu->frees, __ATOMIC_RELAXED) + __atomic_load_n(&cpu->hot->ticks, __ATOMIC_RELAXED);
+}
+
+/* The fast-path ticker's carry (cache.h), with the thread's full state. */
+SK_NOINLINE SK_COLD static void slab_tick(struct kmem_cache *cp)
+{
+    struct slab_cpu *cpu = cache_cpu(cp);
+    if (cpu)
+        cache_tick_carry(&cpu->frees);
 }
 
 /* The fast path: check the pointer, push on the loaded magazine.  base is
- * the first buffer of obj's slab (unused without HARDENED), cpu the thread's
- * state.  A failed check goes to the slow path, which checks again and
+ * the first buffer of obj's slab (unused without HARDENED), h the thread's
+ * hot part.  A failed check goes to the slow path, which checks again and
  * reports: every way out is a return or a jump, and no stack frame is set up
  * for a report that never returns. */
-SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slab_cpu *cpu)
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slab_hot *h)
 {
     if (HARDENED && not_start_base(SC(cp), obj, base))
         goto slow;
-    void **t = cpu->top;
-    if (likely(t != cpu->limit)) {
+    void **t = h->top;
+    if (likely(t != h->limit)) {
         if (HARDENED && unlikely(t[-1] == obj))
             goto slow;
         *t = obj;
-        cpu->top = t + 1;
-        if (unlikely(++cpu->ticks == 0))
-            cache_tick_carry(&cpu->frees);
+        h->top = t + 1;
+        if (unlikely(++h->ticks == 0))
+            slab_tick(cp);
         return;
     }
 slow:
@@ -1117,7 +1133,7 @@ SK_FASTPATH static void slab_free(struct kmem_cache *cp, void *obj)
 }
 
 /* The core's free paths have looked the owner entry up already: it gives the
- * slab's first buffer and the thread's state without a load from cp. */
+ * slab's first buffer and the thread's hot part without a load from cp. */
 SK_FASTPATH static void slab_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
     free_fast(cp, obj, HARDENED ? page_owner_anchor(o, obj) : 0, cache_cpu_owned(o));
@@ -1451,6 +1467,7 @@ static void slab_thread_exit(struct kmem_cache *cp, void *arg)
     sc->allocs += allocs;
     sc->frees += cpu_frees(cpu);
     lock_release(&sc->lock);
+    memset(cpu->hot, 0, sizeof *cpu->hot);   /* the slot may serve a new cache with this id */
     cache_own_free(cpu, sizeof *cpu);
 }
 
@@ -1467,7 +1484,7 @@ static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
         struct slab_cpu *cpu = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : NULL;
         if (!thread_cpu_present(cpu))
             continue;
-        void **top = __atomic_load_n(&cpu->top, __ATOMIC_RELAXED), **base = __atomic_load_n(&cpu->base, __ATOMIC_RELAXED);
+        void **top = __atomic_load_n(&cpu->hot->top, __ATOMIC_RELAXED), **base = __atomic_load_n(&cpu->hot->base, __ATOMIC_RELAXED);
         uint64_t r = (uint64_t)(top - base);
         struct magazine *p = __atomic_load_n(&cpu->previous, __ATOMIC_RELAXED);
         uint64_t held = (r <= MAG_MAX_ROUNDS ? r : 0) + mag_count(p);

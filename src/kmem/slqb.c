@@ -78,13 +78,23 @@
 #define RECIP_SHIFT 42
 #define SLAB_MAX_BYTES ((size_t)1 << 22)
 
-struct slqb_list {
-    /* Owner thread only.  The fast paths touch the first line. */
+/* What the fast paths touch of a list: inline in its thread's struct
+ * (thread.h) while the thread lives, the list's own_hot once it is dead.
+ * All zero (no list) pops nothing, and the free fast path's owner test
+ * fails: no slab with objects out is owned by NULL. */
+struct slqb_hot {
     void *head;                    /* LIFO of free objects */
-    unsigned long nr;
-    uint32_t fpoff;                /* copy of the cache's, next to head */
+    uint64_t allocs;               /* statistics, summed by slqb_stats */
+    struct slqb_list *list;        /* the list this is the hot part of */
+    uint32_t nr;                   /* objects on the LIFO (<= hiwater + 1 < 2^32) */
     uint16_t ticks;                /* fast-path frees not yet in frees (cache.h's ticker) */
-    uint64_t allocs, frees;        /* statistics, summed by slqb_stats */
+};
+_Static_assert(sizeof(struct slqb_hot) <= CPU_HOT_SIZE, "the fast paths' state fits the inline slot");
+
+struct slqb_list {
+    /* Owner thread only. */
+    struct slqb_hot *hot;          /* the owner's inline slot, or own_hot (dead, or an overflow cache) */
+    uint64_t allocs, frees;        /* statistics, summed by slqb_stats (allocs: folded from hot) */
     struct page_desc *partial, *full;   /* this list's slabs */
     void *rhead, *rtail;           /* rlist: objects of rdest's slabs */
     unsigned long rnr;
@@ -99,9 +109,8 @@ struct slqb_list {
     void *rf_head, *rf_tail;
     unsigned long rf_nr;
     uint64_t rf_batches;
+    struct slqb_hot own_hot;
 };
-_Static_assert(offsetof(struct slqb_list, allocs) + sizeof(uint64_t) <= CPU_EMPTY_SIZE,
-               "CPU_EMPTY covers the fast-path fields");
 
 struct slqb_cache {
     /* Read on the fast paths. */
@@ -391,13 +400,13 @@ SK_NOINLINE static void flush_free_list(struct kmem_cache *cp, struct slqb_list 
 {
     struct slqb_cache *c = slqb(cp);
     void *node_chain = NULL;
-    if (!n || !l->head)
+    if (!n || !l->hot->head)
         return;
     l->flushes++;
-    while (n-- > 0 && l->head) {
-        void *obj = l->head;
-        l->head = get_next(cp, obj, c->fpoff);
-        l->nr--;
+    while (n-- > 0 && l->hot->head) {
+        void *obj = l->hot->head;
+        l->hot->head = get_next(cp, obj, c->fpoff);
+        l->hot->nr--;
         struct page_desc *s = slab_of(obj);
         struct slqb_list *owner = slab_owner(s);
         if (owner == l) {
@@ -411,8 +420,8 @@ SK_NOINLINE static void flush_free_list(struct kmem_cache *cp, struct slqb_list 
             rlist_add(cp, l, obj, owner);
         }
     }
-    if (!l->head)
-        l->nr = 0;
+    if (!l->hot->head)
+        l->hot->nr = 0;
     if (node_chain)
         node_put_chain(cp, l, node_chain);
 }
@@ -429,34 +438,34 @@ static bool claim_remote(struct kmem_cache *cp, struct slqb_list *l)
     lock_release(&l->rf_lock);
     if (!head)
         return false;
-    set_next(cp, tail, l->fpoff, l->head);
-    l->head = head;
-    l->nr += n;
+    set_next(cp, tail, slqb(cp)->fpoff, l->hot->head);
+    l->hot->head = head;
+    l->hot->nr += n;
     l->claims++;
     return true;
 }
 
 /* A push that carried the ticker (cache.h) or passed the high watermark:
  * one call at the end of the fast path, so it sets up no frame. */
-SK_NOINLINE SK_COLD static void lifo_push_slow(struct kmem_cache *cp, struct slqb_list *l, bool tick)
+SK_NOINLINE SK_COLD static void lifo_push_slow(struct kmem_cache *cp, struct slqb_hot *h, bool tick)
 {
     struct slqb_cache *c = slqb(cp);
     if (tick)
-        cache_tick_carry(&l->frees);
-    if (l->nr > c->hiwater)
-        flush_free_list(cp, l, c->freebatch);
+        cache_tick_carry(&h->list->frees);
+    if (h->nr > c->hiwater)
+        flush_free_list(cp, h->list, c->freebatch);
 }
 
-SK_INLINE void lifo_push(struct kmem_cache *cp, struct slqb_list *l, void *obj)
+SK_INLINE void lifo_push(struct kmem_cache *cp, struct slqb_hot *h, void *obj)
 {
     struct slqb_cache *c = slqb(cp);
-    if (unlikely(HARDENED && obj == l->head))
+    if (unlikely(HARDENED && obj == h->head))
         double_free(cp, obj, "at the head of this thread's free list");
-    set_next(cp, obj, l->fpoff, l->head);
-    l->head = obj;
-    bool tick = ++l->ticks == 0;
-    if (unlikely(++l->nr > c->hiwater || tick))
-        lifo_push_slow(cp, l, tick);
+    set_next(cp, obj, c->fpoff, h->head);
+    h->head = obj;
+    bool tick = ++h->ticks == 0;
+    if (unlikely(++h->nr > c->hiwater || tick))
+        lifo_push_slow(cp, h, tick);
 }
 
 /* --- Per-thread lists ---------------------------------------------------- */
@@ -482,7 +491,6 @@ SK_NOINLINE static struct slqb_list *list_create(struct kmem_cache *cp)
         l = cache_own_alloc(sizeof *l);
         if (!l)
             return NULL;
-        l->fpoff = c->fpoff;
         lock_acquire(&c->lists_lock);
         l->all_next = c->all;
         c->all = l;
@@ -499,6 +507,9 @@ SK_NOINLINE static struct slqb_list *list_create(struct kmem_cache *cp)
         lock_release(&c->lists_lock);
         return NULL;
     }
+    struct slqb_hot *h = cache_cpu_hot(cp, &l->own_hot);
+    h->list = l;
+    __atomic_store_n(&l->hot, h, __ATOMIC_RELEASE);   /* slqb_stats reads it under lists_lock only */
     *slot = l;
     return l;
 }
@@ -548,21 +559,26 @@ SK_NOINLINE static void *shared_alloc(struct kmem_cache *cp, int flags)
     }
 }
 
-SK_NOINLINE static void *alloc_slow(struct kmem_cache *cp, struct slqb_list *l, int flags)
+SK_NOINLINE static void *alloc_slow(struct kmem_cache *cp, int flags)
 {
-    if (!thread_cpu_present(l))    /* the fast path's CPU_EMPTY: none yet, or an id beyond the inline slots */
-        l = cache_cpu(cp);
+    struct slqb_list *l = cache_cpu(cp);
     if (!l) {
         l = list_create(cp);
         if (!l)
             return shared_alloc(cp, flags);
     }
-    void *obj;
+    void *obj = l->hot->head;
+    if (obj) {                     /* an overflow cache: its fast path always misses */
+        l->hot->head = get_next(cp, obj, slqb(cp)->fpoff);
+        l->hot->nr--;
+        l->hot->allocs++;
+        return obj;
+    }
     if (__atomic_load_n(&l->remote_check, __ATOMIC_RELAXED) && claim_remote(cp, l)) {
-        obj = l->head;
-        l->head = get_next(cp, obj, l->fpoff);
-        l->nr--;
-        l->allocs++;
+        obj = l->hot->head;
+        l->hot->head = get_next(cp, obj, slqb(cp)->fpoff);
+        l->hot->nr--;
+        l->hot->allocs++;
         return obj;
     }
     struct page_desc *s = l->partial;
@@ -577,31 +593,30 @@ SK_NOINLINE static void *alloc_slow(struct kmem_cache *cp, struct slqb_list *l, 
         slab_link(&l->partial, s);
     }
     obj = slab_take(cp, l, s);
-    l->allocs++;
+    l->hot->allocs++;
     return obj;
 }
 
 /* alloc_checked's slow path: failures settled by the core (cache.h). */
-SK_NOINLINE static void *alloc_slow_checked(struct kmem_cache *cp, struct slqb_list *l, int flags)
+SK_NOINLINE static void *alloc_slow_checked(struct kmem_cache *cp, int flags)
 {
-    void *obj = alloc_slow(cp, l, flags);
+    void *obj = alloc_slow(cp, flags);
     return likely(obj != NULL) ? obj : cache_alloc_failed(cp, flags);
 }
 
-/* Fast path: pop the LIFO.  With no list (CPU_EMPTY, all zero) head is NULL.
- * `slow` is a constant at both call sites: a tail call. */
-SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags,
-                           void *(*slow)(struct kmem_cache *, struct slqb_list *, int))
+/* Fast path: pop the LIFO.  With no list (the hot part all zero) head is
+ * NULL.  `slow` is a constant at both call sites: a tail call. */
+SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struct kmem_cache *, int))
 {
-    struct slqb_list *l = cache_cpu_fast(cp);
-    void *obj = l->head;
+    struct slqb_hot *h = cache_cpu_fast(cp);
+    void *obj = h->head;
     if (likely(obj != NULL)) {
-        l->head = get_next(cp, obj, l->fpoff);
-        l->nr--;
-        l->allocs++;
+        h->head = get_next(cp, obj, slqb(cp)->fpoff);
+        h->nr--;
+        h->allocs++;
         return obj;
     }
-    return slow(cp, l, flags);
+    return slow(cp, flags);
 }
 
 SK_FASTPATH static void *slqb_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, alloc_slow); }
@@ -609,12 +624,10 @@ SK_FASTPATH static void *slqb_alloc_checked(struct kmem_cache *cp, int flags) { 
 
 /* --- Free ---------------------------------------------------------------- */
 
-SK_NOINLINE static void free_slow(struct kmem_cache *cp, struct slqb_list *l,
-                                  struct page_desc *s, void *obj)
+SK_NOINLINE static void free_slow(struct kmem_cache *cp, struct page_desc *s, void *obj)
 {
     struct slqb_cache *c = slqb(cp);
-    if (!thread_cpu_present(l))
-        l = cache_cpu(cp);
+    struct slqb_list *l = cache_cpu(cp);
     if (!l) {
         l = list_create(cp);
         if (!l) {
@@ -625,7 +638,7 @@ SK_NOINLINE static void free_slow(struct kmem_cache *cp, struct slqb_list *l,
     }
     struct slqb_list *owner = slab_owner(s);
     if (owner == l) {
-        lifo_push(cp, l, obj);
+        lifo_push(cp, l->hot, obj);
         return;
     }
     l->frees++;
@@ -644,9 +657,9 @@ SK_COLD SK_NORETURN static void bad_pointer(struct kmem_cache *cp, void *obj)
 }
 
 /* Fast path: an object of one of this thread's slabs goes on its LIFO.
- * base is the first byte of obj's slab (its pages' owner anchor), l the
- * thread's list. */
-SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slqb_list *l)
+ * base is the first byte of obj's slab (its pages' owner anchor), h the
+ * thread's hot part. */
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slqb_hot *h)
 {
     struct slqb_cache *c = slqb(cp);
     uintptr_t off = (uintptr_t)obj - base;
@@ -654,11 +667,11 @@ SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struc
     if (unlikely(HARDENED && (idx * c->bsize != off || idx >= c->objs)))
         bad_pointer(cp, obj);
     struct page_desc *s = page_desc_at(base);
-    if (likely((struct slqb_list *)s->priv[SLAB_OWNER] == l)) {   /* CPU_EMPTY owns no slab */
-        lifo_push(cp, l, obj);
+    if (likely((struct slqb_list *)s->priv[SLAB_OWNER] == h->list)) {
+        lifo_push(cp, h, obj);
         return;
     }
-    free_slow(cp, l, s, obj);
+    free_slow(cp, s, obj);
 }
 
 SK_FASTPATH static void slqb_free(struct kmem_cache *cp, void *obj)
@@ -679,10 +692,10 @@ static void slqb_thread_exit(struct kmem_cache *cp, void *cpu)
 {
     struct slqb_cache *c = slqb(cp);
     struct slqb_list *l = cpu;
-    flush_free_list(cp, l, l->nr);
+    flush_free_list(cp, l, l->hot->nr);
     rlist_flush(cp, l);
     if (claim_remote(cp, l)) {
-        flush_free_list(cp, l, l->nr);
+        flush_free_list(cp, l, l->hot->nr);
         rlist_flush(cp, l);
     }
     /* Hand the slabs to the node, then declare l dead (invariant e). */
@@ -711,9 +724,16 @@ static void slqb_thread_exit(struct kmem_cache *cp, void *cpu)
         late = get_next(cp, obj, c->fpoff);
         object_return(cp, NULL, obj);
     }
-    l->head = NULL;
-    l->nr = 0;
+    /* The hot part leaves the thread's slot, which may serve a new cache
+     * with this id (or the next thread): its count goes with the list. */
+    struct slqb_hot *h = l->hot;
     lock_acquire(&c->lists_lock);
+    l->allocs += h->allocs;
+    l->frees += h->ticks;
+    memset(h, 0, sizeof *h);
+    memset(&l->own_hot, 0, sizeof l->own_hot);
+    l->own_hot.list = l;
+    l->hot = &l->own_hot;
     l->pool_next = c->pool;
     c->pool = l;
     lock_release(&c->lists_lock);
@@ -729,7 +749,7 @@ static size_t slqb_reap(struct kmem_cache *cp)
     struct slqb_list *l = cache_cpu(cp);
     if (l) {
         claim_remote(cp, l);
-        flush_free_list(cp, l, l->nr);
+        flush_free_list(cp, l, l->hot->nr);
         rlist_flush(cp, l);
     }
     uint64_t after = __atomic_load_n(&c->slabs, __ATOMIC_RELAXED);
@@ -800,7 +820,8 @@ static int slqb_cache_init(struct kmem_cache *cp)
         fb = 1;
     c->freebatch = (uint32_t)fb;
     c->hiwater = (uint32_t)(fb << 2);
-    c->node.fpoff = c->fpoff;
+    c->node.own_hot.list = &c->node;
+    c->node.hot = &c->node.own_hot;
     return 0;
 }
 
@@ -841,9 +862,10 @@ static void slqb_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
     uint64_t allocs = LOAD(c->shared_allocs), frees = LOAD(c->shared_frees), cached = 0;
     lock_acquire(&c->lists_lock);
     for (struct slqb_list *l = c->all; l; l = l->all_next) {
-        allocs += LOAD(l->allocs);
-        frees += LOAD(l->frees) + LOAD(l->ticks);
-        cached += LOAD(l->nr) + LOAD(l->rnr) + LOAD(l->rf_nr);
+        struct slqb_hot *h = LOAD(l->hot);
+        allocs += LOAD(l->allocs) + LOAD(h->allocs);
+        frees += LOAD(l->frees) + LOAD(h->ticks);
+        cached += LOAD(h->nr) + LOAD(l->rnr) + LOAD(l->rf_nr);
     }
     lock_release(&c->lists_lock);
     uint64_t slabs = LOAD(c->slabs), num = slabs * c->objs;
@@ -906,7 +928,7 @@ void slqb_probe(struct kmem_cache *cp, bool self, struct slqb_probe *out)
     for (struct slqb_list *l = c->all; l; l = l->all_next) {
         if (self && l != me)
             continue;
-        out->lifo += LOAD(l->nr);
+        out->lifo += LOAD(LOAD(l->hot)->nr);
         out->rlist += LOAD(l->rnr);
         out->remote_queued += LOAD(l->rf_nr);
         out->remote_batches += LOAD(l->rf_batches);

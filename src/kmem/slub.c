@@ -105,21 +105,27 @@ struct slub_cache {
     uint64_t allocs, frees;         /* folded from exited threads and the shared path */
 };
 
-/* One thread's state for one cache.  The first cache line holds everything
- * the two fast paths touch. */
-struct slub_cpu {
+/* One thread's state for one cache, in two parts (thread.h): what the two
+ * fast paths touch, inline in the thread's struct (all zero: no freelist to
+ * pop, a span of 0 that no object lies in, so both miss), and the rest. */
+struct slub_hot {
     void *freelist;                 /* the active slab's objects owned by this thread */
     uintptr_t base;                 /* first object of the active slab (0: none) */
-    uintptr_t span;                 /* objects * bufsize of the active slab (0: none) */
-    size_t fp_off;
-    uint64_t div_m;
-    unsigned partial_slabs;         /* length of the cpu partial list */
+    uint64_t allocs;                /* this thread's, folded in at thread exit */
+    uint32_t span;                  /* objects * bufsize of the active slab (0: none) */
     uint16_t ticks;                 /* fast-path frees not yet in frees (cache.h's ticker) */
-    uint64_t allocs, frees;         /* this thread's, folded in at thread exit */
+};
+_Static_assert(sizeof(struct slub_hot) <= CPU_HOT_SIZE, "the fast paths' state fits the inline slot");
+
+struct slub_cpu {
+    struct slub_hot *hot;           /* the thread's inline slot, or own_hot (an overflow cache) */
+    unsigned partial_slabs;         /* length of the cpu partial list */
+    uint64_t frees;                 /* this thread's, folded in at thread exit */
     struct page_desc *slab;         /* the active slab (frozen), or NULL */
     struct page_desc *partial;      /* cpu partial slabs (frozen), through slub_slab.next, */
     struct page_desc *partial_tail; /* oldest first: they have had longest to collect frees */
     unsigned cpu_partial_slabs;     /* bound; 0 for the temporary state of an exited thread */
+    struct slub_hot own_hot;
 };
 
 static unsigned slub_min_objects;   /* Linux: 4 * (fls(nr_cpu_ids) + 1) */
@@ -416,19 +422,18 @@ static void deactivate_slab(struct kmem_cache *cp, struct slub_cache *sc, struct
  * and the cpu partial slabs; its counters are folded into the cache's. */
 static void cpu_flush(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c)
 {
+    struct slub_hot *h = c->hot;
     if (c->slab)
-        deactivate_slab(cp, sc, c->slab, c->freelist);
+        deactivate_slab(cp, sc, c->slab, h->freelist);
     c->slab = NULL;
-    c->freelist = NULL;
-    c->base = c->span = 0;
     if (c->partial)
         unfreeze_partials(cp, sc, c->partial);
     c->partial = c->partial_tail = NULL;
     c->partial_slabs = 0;
-    __atomic_fetch_add(&sc->allocs, c->allocs, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&sc->frees, c->frees + c->ticks, __ATOMIC_RELAXED);
-    c->allocs = c->frees = 0;
-    c->ticks = 0;
+    __atomic_fetch_add(&sc->allocs, h->allocs, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&sc->frees, c->frees + h->ticks, __ATOMIC_RELAXED);
+    c->frees = 0;
+    memset(h, 0, sizeof *h);       /* the slot may serve a new cache with this id */
 }
 
 /* Append a frozen slab to the thread's cpu partial list (FIFO). */
@@ -489,16 +494,11 @@ SK_NOINLINE static void unfreeze_empty(struct kmem_cache *cp, struct slub_cache 
 SK_INLINE void cpu_set_slab(struct slub_cache *sc, struct slub_cpu *c, struct page_desc *d)
 {
     c->slab = d;
-    c->base = (uintptr_t)page_address(d);
-    c->span = (uintptr_t)slab_of(d)->objects * sc->bufsize;
+    c->hot->base = (uintptr_t)page_address(d);
+    c->hot->span = (uint32_t)(slab_of(d)->objects * sc->bufsize);
 }
 
 /* --- Allocation ------------------------------------------------------------ */
-
-/* The fast paths take cache_cpu_fast(cp): CPU_EMPTY (all zero) when the
- * thread has no state for cp -- no freelist to pop, a span of 0 that no
- * object lies in -- so both miss, and the slow paths do the full lookup. */
-_Static_assert(sizeof(struct slub_cpu) <= CPU_EMPTY_SIZE, "CPU_EMPTY covers the fast-path fields");
 
 /* Node partial slabs: the first becomes the active slab (its list is
  * returned), more fill the cpu partial list up to half its bound (Linux
@@ -596,7 +596,7 @@ static void *alloc_refill(struct kmem_cache *cp, struct slub_cache *sc, struct s
             if (obj)
                 break;
             c->slab = NULL;
-            c->base = c->span = 0;
+            c->hot->base = c->hot->span = 0;
         }
         if (c->partial) {
             struct page_desc *d = pick_partial(c);
@@ -621,15 +621,14 @@ static void *alloc_refill(struct kmem_cache *cp, struct slub_cache *sc, struct s
         cpu_set_slab(sc, c, d);
         break;
     }
-    c->freelist = get_fp(cp, obj, sc->fp_off);
-    c->allocs++;
+    c->hot->freelist = get_fp(cp, obj, sc->fp_off);
+    c->hot->allocs++;
     return obj;
 }
 
-static void cpu_init(struct slub_cache *sc, struct slub_cpu *c)
+static void cpu_init(struct slub_cache *sc, struct slub_cpu *c, struct slub_hot *hot)
 {
-    c->fp_off = sc->fp_off;
-    c->div_m = sc->div_m;
+    c->hot = hot;
     c->cpu_partial_slabs = sc->cpu_partial_slabs;
 }
 
@@ -643,7 +642,7 @@ static struct slub_cpu *cpu_create(struct kmem_cache *cp)
     struct slub_cpu *c = cache_own_alloc(sizeof *c);
     if (!c)
         return NULL;
-    cpu_init(cache_priv(cp), c);
+    cpu_init(cache_priv(cp), c, cache_cpu_hot(cp, &c->own_hot));
     /* Release: slub_stats loads the slot (acquire) from another thread and
      * reads the counters; they must be seen zeroed, not as the internal
      * allocator's previous use of this memory left them (weak orderings). */
@@ -657,7 +656,7 @@ static void *alloc_shared(struct kmem_cache *cp, struct slub_cache *sc, int flag
 {
     struct slub_cpu tmp;
     memset(&tmp, 0, sizeof tmp);
-    cpu_init(sc, &tmp);
+    cpu_init(sc, &tmp, &tmp.own_hot);
     tmp.cpu_partial_slabs = 0;
     void *obj = alloc_refill(cp, sc, &tmp, flags);
     cpu_flush(cp, sc, &tmp);
@@ -673,10 +672,11 @@ SK_NOINLINE static void *slub_alloc_slow(struct kmem_cache *cp, int flags)
         if (!c)
             return alloc_shared(cp, sc, flags);
     }
-    void *obj = c->freelist;
+    struct slub_hot *h = c->hot;
+    void *obj = h->freelist;
     if (obj) {                 /* the fast path was bypassed (a cache id beyond the inline slots) */
-        c->freelist = get_fp(cp, obj, c->fp_off);
-        c->allocs++;
+        h->freelist = get_fp(cp, obj, sc->fp_off);
+        h->allocs++;
         return obj;
     }
     return alloc_refill(cp, sc, c, flags);
@@ -689,15 +689,16 @@ SK_NOINLINE static void *slub_alloc_slow_checked(struct kmem_cache *cp, int flag
     return likely(obj != NULL) ? obj : cache_alloc_failed(cp, flags);
 }
 
-/* Fast path: TLS load, slot load, pop with the obfuscated next pointer (no
- * stack frame: every other case is a tail call to the constant `slow`). */
+/* Fast path: the thread's hot part (TLS pointer plus the cache's offset),
+ * pop with the obfuscated next pointer (no stack frame: every other case is
+ * a tail call to the constant `slow`). */
 SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struct kmem_cache *, int))
 {
-    struct slub_cpu *c = cache_cpu_fast(cp);
-    void *obj = c->freelist;
+    struct slub_hot *h = cache_cpu_fast(cp);
+    void *obj = h->freelist;
     if (likely(obj != NULL)) {
-        c->freelist = get_fp(cp, obj, c->fp_off);
-        c->allocs++;
+        h->freelist = get_fp(cp, obj, ((struct slub_cache *)cache_priv(cp))->fp_off);
+        h->allocs++;
         return obj;
     }
     return slow(cp, flags);
@@ -768,26 +769,35 @@ static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_
     lock_release(&sc->lock);
 }
 
-SK_COLD SK_NORETURN static void slub_free_bad(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
+SK_COLD SK_NORETURN static void slub_free_bad(struct kmem_cache *cp, struct slub_hot *h, void *obj)
 {
-    uintptr_t off = (uintptr_t)obj - c->base;
-    if (obj == c->freelist)
+    uintptr_t off = (uintptr_t)obj - h->base;
+    if (obj == h->freelist)
         report_double_free(cp, obj, "at the head of the thread's free list");
     report_interior(cp, obj, off);
 }
 
-/* An object of the thread's active slab goes on its private list. */
-SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_cpu *c, void *obj)
+/* The fast-path ticker's carry (cache.h), with the thread's full state. */
+SK_NOINLINE SK_COLD static void slub_tick(struct kmem_cache *cp)
 {
-    uintptr_t off = (uintptr_t)obj - c->base;
-    if (likely(off < c->span)) {
-        void *head = c->freelist;
-        if (HARDENED && unlikely(!divisible(off, c->div_m) || obj == head))
-            slub_free_bad(cp, c, obj);
-        set_fp(cp, obj, c->fp_off, head);
-        c->freelist = obj;
-        if (unlikely(++c->ticks == 0))
-            cache_tick_carry(&c->frees);
+    struct slub_cpu *c = cache_cpu(cp);
+    if (c)
+        cache_tick_carry(&c->frees);
+}
+
+/* An object of the thread's active slab goes on its private list. */
+SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_hot *h, void *obj)
+{
+    const struct slub_cache *sc = cache_priv(cp);
+    uintptr_t off = (uintptr_t)obj - h->base;
+    if (likely(off < h->span)) {
+        void *head = h->freelist;
+        if (HARDENED && unlikely(!divisible(off, sc->div_m) || obj == head))
+            slub_free_bad(cp, h, obj);
+        set_fp(cp, obj, sc->fp_off, head);
+        h->freelist = obj;
+        if (unlikely(++h->ticks == 0))
+            slub_tick(cp);
         return true;
     }
     return false;
@@ -797,14 +807,13 @@ SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_cpu *c, void *o
  * takes the object on its local list with no atomic: a slab a free has just
  * frozen collects the rest of that thread's frees into it for the price of
  * one CAS.  Any other slab: the shared list, by CAS. */
-SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj, struct slub_cpu *c)
+SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
 {
     struct slub_cache *sc = cache_priv(cp);
-    if (!thread_cpu_present(c)) {  /* the fast path had no state: none yet, or a cache id >= 64 */
-        c = cache_cpu(cp);
-        if (c && free_to_active(cp, c, obj))
-            return;
-    }
+    struct slub_cpu *c = cache_cpu(cp);
+    /* An overflow cache's fast path always misses: its active slab is here. */
+    if (c && c->hot == &c->own_hot && free_to_active(cp, c->hot, obj))
+        return;
     struct page_desc *d = page_desc_of(obj)->head;
     struct slub_slab *s = slab_of(d);
     uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(d);
@@ -837,19 +846,17 @@ SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj, struct 
  * free test are a subtract, a multiply, a rotate and three compares. */
 SK_FASTPATH static void slub_free(struct kmem_cache *cp, void *obj)
 {
-    struct slub_cpu *c = cache_cpu_fast(cp);
-    if (likely(free_to_active(cp, c, obj)))
+    if (likely(free_to_active(cp, cache_cpu_fast(cp), obj)))
         return;
-    slub_free_slow(cp, obj, c);
+    slub_free_slow(cp, obj);
 }
 
 /* The active-slab test needs no descriptor: only the entry's cpu offset. */
 SK_FASTPATH static void slub_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    struct slub_cpu *c = cache_cpu_owned(o);
-    if (likely(free_to_active(cp, c, obj)))
+    if (likely(free_to_active(cp, cache_cpu_owned(o), obj)))
         return;
-    slub_free_slow(cp, obj, c);
+    slub_free_slow(cp, obj);
 }
 
 /* --- Cache set-up and tear-down ---------------------------------------------- */
@@ -1018,8 +1025,8 @@ static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
         void **slot = thread_cpu_peek(t, cp->id);
         struct slub_cpu *c = slot ? __atomic_load_n((struct slub_cpu **)slot, __ATOMIC_ACQUIRE) : NULL;
         if (thread_cpu_present(c)) {
-            allocs += __atomic_load_n(&c->allocs, __ATOMIC_RELAXED);
-            frees += __atomic_load_n(&c->frees, __ATOMIC_RELAXED) + __atomic_load_n(&c->ticks, __ATOMIC_RELAXED);
+            allocs += __atomic_load_n(&c->hot->allocs, __ATOMIC_RELAXED);
+            frees += __atomic_load_n(&c->frees, __ATOMIC_RELAXED) + __atomic_load_n(&c->hot->ticks, __ATOMIC_RELAXED);
         }
     }
     lock_release(&thread_list_lock);

@@ -634,7 +634,7 @@ static void test_generic_first_use(void)
         struct slabkit_cache_stats st = stats_of(cp->name);      /* exactly one */
         CHECK(st.allocs == st.frees && st.allocs >= (uint64_t)FIRST_USE_THREADS * 50 * 64,
               "%s: %lu allocations, %lu frees", cp->name, (unsigned long)st.allocs, (unsigned long)st.frees);
-        CHECK(cp->id == c && cp->cpu_off == offsetof(struct sk_thread, cpu[c]), "%s: id %u, per-thread slot at %u (class %u)",
+        CHECK(cp->id == c && cp->cpu_off == offsetof(struct sk_thread, hot[c]), "%s: id %u, per-thread slot at %u (class %u)",
               cp->name, cp->id, cp->cpu_off, c);
         for (int i = 0; i < FIRST_USE_CACHES; i++)
             CHECK(many[i]->id != cp->id, "%s and %s share per-thread slot %u", many[i]->name, cp->name, cp->id);
@@ -656,38 +656,48 @@ static void *own_line_thread(void *arg)
 {
     void *obj = kmem_cache_alloc(own_line_cache, KM_SLEEP);
     kmem_cache_free(own_line_cache, obj);
-    *(void **)arg = cache_cpu_fast(own_line_cache);
+    ((void **)arg)[0] = cache_cpu_fast(own_line_cache);
+    ((void **)arg)[1] = cache_cpu(own_line_cache);
     pthread_barrier_wait(&own_line_barrier);   /* all alive: their states coexist */
     return NULL;
 }
 
 /* Each thread's state for a cache is written on every fast-path operation:
- * it must start a cache line (and own whole lines: cache_own_alloc), or two
- * threads' states share a line and every free and allocation of one thread
- * invalidates the other's (cache-thrash ran 2x glibc's time on SLAB). */
+ * no other thread's may share a cache line with it, or every free and
+ * allocation of one thread invalidates the other's (cache-thrash ran 2x
+ * glibc's time on SLAB when two threads' states were packed side by side).
+ * The hot part lies in the thread's own struct; the rest (cache_cpu) must
+ * own whole lines (cache_own_alloc). */
 static void test_per_thread_state_own_lines(void)
 {
     own_line_cache = kmem_cache_create("own_line", 16, 0, NULL, NULL);
     CHECK(own_line_cache != NULL, "cannot create the cache");
     if (!own_line_cache)
         return;
-    void *state[OWN_LINE_THREADS] = { 0 };
+    void *state[OWN_LINE_THREADS][2] = { { 0 } };
     pthread_t t[OWN_LINE_THREADS];
     pthread_barrier_init(&own_line_barrier, NULL, OWN_LINE_THREADS);
     for (int i = 0; i < OWN_LINE_THREADS; i++)
-        pthread_create(&t[i], NULL, own_line_thread, &state[i]);
+        pthread_create(&t[i], NULL, own_line_thread, state[i]);
     for (int i = 0; i < OWN_LINE_THREADS; i++)
         pthread_join(t[i], NULL);
     pthread_barrier_destroy(&own_line_barrier);
     int with_state = 0;
     for (int i = 0; i < OWN_LINE_THREADS; i++) {
-        if (state[i] == NULL || state[i] == CPU_EMPTY)
+        void *hot = state[i][0], *rest = state[i][1];
+        if (rest == NULL)
             continue;                  /* SLOB: no per-thread state */
         with_state++;
-        CHECK((uintptr_t)state[i] % CACHE_LINE == 0, "thread %d's state for %s at %p does not start a cache line",
-              i, own_line_cache->name, state[i]);
-        for (int j = 0; j < i; j++)
-            CHECK(state[i] != state[j], "threads %d and %d share one state (%p)", j, i, state[i]);
+        CHECK((uintptr_t)rest % CACHE_LINE == 0, "thread %d's state for %s at %p does not start a cache line",
+              i, own_line_cache->name, rest);
+        uintptr_t first = (uintptr_t)hot / CACHE_LINE, last = ((uintptr_t)hot + CPU_HOT_SIZE - 1) / CACHE_LINE;
+        for (int j = 0; j < i; j++) {
+            uintptr_t h = (uintptr_t)state[j][0];
+            CHECK(h / CACHE_LINE > last || (h + CPU_HOT_SIZE - 1) / CACHE_LINE < first,
+                  "threads %d and %d have their fast-path states for %s on one cache line (%p, %p)",
+                  j, i, own_line_cache->name, state[j][0], hot);
+            CHECK(rest != state[j][1], "threads %d and %d share one state (%p)", j, i, rest);
+        }
     }
     CHECK(with_state == 0 || with_state == OWN_LINE_THREADS, "%d of %d threads had a state", with_state,
           OWN_LINE_THREADS);

@@ -327,8 +327,15 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static void *attach(void *arg)
+{
+    page_free(page_alloc(0, KM_SLEEP), 0);
+    return arg;
+}
+
 static void test_stress(void)
 {
+    test_threads_run(THREADS, attach);
     page_reap();
     struct slabkit_page_stats s0 = stats();
     pthread_t th[THREADS];
