@@ -128,6 +128,7 @@ static struct kmem_cache *cache_create(const char *name, size_t size, size_t ali
                                        unsigned flags, int id);
 
 static void *cache_alloc_checked_shim(struct kmem_cache *cp, int flags);
+static void *cache_alloc_hot_shim(struct kmem_cache *cp, void *hot, int flags);
 
 /* --- Generic caches, created on first use --------------------------------
  * A program uses a few dozen of the KMALLOC_CLASSES classes; creating each
@@ -209,6 +210,8 @@ void cache_init(void)
         sk_design.free_owned = cache_free_owned_shim;
     if (!sk_design.alloc_checked || sk_opt.debug)
         sk_design.alloc_checked = cache_alloc_checked_shim;
+    if (!sk_design.alloc_hot || sk_opt.debug)
+        sk_design.alloc_hot = cache_alloc_hot_shim;
     page_set_reclaim_hook(cache_reap_all_urgent);
     fork_hooks_install();
     if (sk_opt.stats)
@@ -402,6 +405,12 @@ static void *cache_alloc_checked_shim(struct kmem_cache *cp, int flags)
     if (unlikely(!p))
         return cache_alloc_failed_key(key);
     return p;
+}
+
+/* alloc_hot for designs without one, and under the debug layer. */
+static void *cache_alloc_hot_shim(struct kmem_cache *cp, void *hot, int flags)
+{
+    return sk_design.alloc_checked(cp, flags);
 }
 
 /* One indirect jump: the design's alloc_checked, or the shim above. */

@@ -120,6 +120,14 @@ struct design_ops {
      * NULL (or the debug layer wraps alloc) cache_init points it at a shim
      * that calls alloc and does the same. */
     void *(*alloc_checked)(struct kmem_cache *cp, int flags);
+
+    /* Optional: alloc_checked given the thread's hot part of cp's state
+     * (cache_cpu_fast(cp)), which malloc finds from its own class table
+     * without a load from cp: the previous allocation's stores to its hot
+     * part are waited for by this one's loads until their addresses are
+     * known, so each load before an address costs every allocation of a
+     * stream of mixed sizes (thread.h).  NULL: a shim to alloc_checked. */
+    void *(*alloc_hot)(struct kmem_cache *cp, void *hot, int flags);
 };
 
 extern struct design_ops sk_design __attribute__((visibility("hidden")));  /* the active design (a copy) */

@@ -987,12 +987,12 @@ SK_NOINLINE static void *slab_alloc_slow_checked(struct kmem_cache *cp, int flag
 }
 
 /* The fast path: the thread's hot part (the TLS pointer plus the cache's
- * offset, no test: an empty slot is all zero), the loaded magazine's top, a
- * pop -- 11 instructions.  `slow` is a constant at both call sites, so each
- * compiles to a tail jump. */
-SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struct kmem_cache *, int))
+ * offset, no test: an empty slot is all zero; or as malloc found it), the
+ * loaded magazine's top, a pop -- 11 instructions.  `slow` is a constant at
+ * every call site, so each compiles to a tail jump. */
+SK_INLINE void *alloc_fast(struct kmem_cache *cp, struct slab_hot *h, int flags,
+                           void *(*slow)(struct kmem_cache *, int))
 {
-    struct slab_hot *h = cache_cpu_fast(cp);
     void **t = h->top;
     if (likely(t != h->base)) {
         h->top = t - 1;
@@ -1001,8 +1001,18 @@ SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struc
     return slow(cp, flags);
 }
 
-SK_FASTPATH static void *slab_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slab_alloc_slow); }
-SK_FASTPATH static void *slab_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slab_alloc_slow_checked); }
+SK_FASTPATH static void *slab_alloc(struct kmem_cache *cp, int flags)
+{
+    return alloc_fast(cp, cache_cpu_fast(cp), flags, slab_alloc_slow);
+}
+SK_FASTPATH static void *slab_alloc_checked(struct kmem_cache *cp, int flags)
+{
+    return alloc_fast(cp, cache_cpu_fast(cp), flags, slab_alloc_slow_checked);
+}
+SK_FASTPATH static void *slab_alloc_hot(struct kmem_cache *cp, void *hot, int flags)
+{
+    return alloc_fast(cp, hot, flags, slab_alloc_slow_checked);
+}
 
 /* --- Free ---------------------------------------------------------------------- */
 
@@ -1563,6 +1573,7 @@ const struct design_ops slab_design = {
     .cache_fini = slab_cache_fini,
     .alloc = slab_alloc,
     .alloc_checked = slab_alloc_checked,
+    .alloc_hot = slab_alloc_hot,
     .free = slab_free,
     .free_owned = slab_free_owned,
     .reap = slab_reap,

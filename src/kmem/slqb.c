@@ -605,10 +605,10 @@ SK_NOINLINE static void *alloc_slow_checked(struct kmem_cache *cp, int flags)
 }
 
 /* Fast path: pop the LIFO.  With no list (the hot part all zero) head is
- * NULL.  `slow` is a constant at both call sites: a tail call. */
-SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struct kmem_cache *, int))
+ * NULL.  `slow` is a constant at every call site: a tail call. */
+SK_INLINE void *alloc_fast(struct kmem_cache *cp, struct slqb_hot *h, int flags,
+                           void *(*slow)(struct kmem_cache *, int))
 {
-    struct slqb_hot *h = cache_cpu_fast(cp);
     void *obj = h->head;
     if (likely(obj != NULL)) {
         h->head = get_next(cp, obj, slqb(cp)->fpoff);
@@ -619,8 +619,18 @@ SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struc
     return slow(cp, flags);
 }
 
-SK_FASTPATH static void *slqb_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, alloc_slow); }
-SK_FASTPATH static void *slqb_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, alloc_slow_checked); }
+SK_FASTPATH static void *slqb_alloc(struct kmem_cache *cp, int flags)
+{
+    return alloc_fast(cp, cache_cpu_fast(cp), flags, alloc_slow);
+}
+SK_FASTPATH static void *slqb_alloc_checked(struct kmem_cache *cp, int flags)
+{
+    return alloc_fast(cp, cache_cpu_fast(cp), flags, alloc_slow_checked);
+}
+SK_FASTPATH static void *slqb_alloc_hot(struct kmem_cache *cp, void *hot, int flags)
+{
+    return alloc_fast(cp, hot, flags, alloc_slow_checked);
+}
 
 /* --- Free ---------------------------------------------------------------- */
 
@@ -953,6 +963,7 @@ const struct design_ops slqb_design = {
     .cache_fini = slqb_cache_fini,
     .alloc = slqb_alloc,
     .alloc_checked = slqb_alloc_checked,
+    .alloc_hot = slqb_alloc_hot,
     .free = slqb_free,
     .free_owned = slqb_free_owned,
     .reap = slqb_reap,

@@ -689,12 +689,12 @@ SK_NOINLINE static void *slub_alloc_slow_checked(struct kmem_cache *cp, int flag
     return likely(obj != NULL) ? obj : cache_alloc_failed(cp, flags);
 }
 
-/* Fast path: the thread's hot part (TLS pointer plus the cache's offset),
- * pop with the obfuscated next pointer (no stack frame: every other case is
- * a tail call to the constant `slow`). */
-SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struct kmem_cache *, int))
+/* Fast path: the thread's hot part (TLS pointer plus the cache's offset, or
+ * as malloc found it), pop with the obfuscated next pointer (no stack frame:
+ * every other case is a tail call to the constant `slow`). */
+SK_INLINE void *alloc_fast(struct kmem_cache *cp, struct slub_hot *h, int flags,
+                           void *(*slow)(struct kmem_cache *, int))
 {
-    struct slub_hot *h = cache_cpu_fast(cp);
     void *obj = h->freelist;
     if (likely(obj != NULL)) {
         h->freelist = get_fp(cp, obj, ((struct slub_cache *)cache_priv(cp))->fp_off);
@@ -704,8 +704,18 @@ SK_INLINE void *alloc_fast(struct kmem_cache *cp, int flags, void *(*slow)(struc
     return slow(cp, flags);
 }
 
-SK_FASTPATH static void *slub_alloc(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slub_alloc_slow); }
-SK_FASTPATH static void *slub_alloc_checked(struct kmem_cache *cp, int flags) { return alloc_fast(cp, flags, slub_alloc_slow_checked); }
+SK_FASTPATH static void *slub_alloc(struct kmem_cache *cp, int flags)
+{
+    return alloc_fast(cp, cache_cpu_fast(cp), flags, slub_alloc_slow);
+}
+SK_FASTPATH static void *slub_alloc_checked(struct kmem_cache *cp, int flags)
+{
+    return alloc_fast(cp, cache_cpu_fast(cp), flags, slub_alloc_slow_checked);
+}
+SK_FASTPATH static void *slub_alloc_hot(struct kmem_cache *cp, void *hot, int flags)
+{
+    return alloc_fast(cp, hot, flags, slub_alloc_slow_checked);
+}
 
 /* --- Free ------------------------------------------------------------------- */
 
@@ -1071,6 +1081,7 @@ const struct design_ops slub_design = {
     .cache_fini = slub_cache_fini,
     .alloc = slub_alloc,
     .alloc_checked = slub_alloc_checked,
+    .alloc_hot = slub_alloc_hot,
     .free = slub_free,
     .free_owned = slub_free_owned,
     .reap = slub_reap,

@@ -74,7 +74,8 @@ struct kmem_cache *malloc_small_fill(size_t size)
      * tables serve: every class there is a multiple of 32). */
     if (cp->align < MALLOC_ALIGN || cp->object_size < (i << 4))
         sk_fatal("malloc: generic cache %s cannot serve %zu bytes 16-aligned", cp->name, i << 4);
-    __atomic_store_n(&malloc_small[i], cp, __ATOMIC_RELEASE);
+    malloc_small[i].cpu_off = cp->cpu_off;
+    __atomic_store_n(&malloc_small[i].cache, cp, __ATOMIC_RELEASE);
     return cp;
 }
 

@@ -21,7 +21,7 @@
 #include "../kmem/debug.h"
 #include "../core/report.h"
 
-struct kmem_cache *malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
+struct malloc_class malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
 
 /* The generic class for size (16-byte rounded), or NULL when the generic
  * caches do not serve this size or this process (SLOB, debug).  A class not
@@ -29,7 +29,7 @@ struct kmem_cache *malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
 SK_INLINE struct kmem_cache *class_of(size_t size)
 {
     if (size <= MALLOC_SMALL_MAX) {
-        struct kmem_cache *cp = malloc_small[(size + 15) >> 4];
+        struct kmem_cache *cp = __atomic_load_n(&malloc_small[(size + 15) >> 4].cache, __ATOMIC_ACQUIRE);
         return cp ? cp : malloc_small_fill(size);
     }
     if (size <= MALLOC_MID_MAX)

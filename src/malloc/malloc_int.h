@@ -4,7 +4,9 @@
  *
  * Size classes: requests are rounded up to 16 bytes (malloc's alignment
  * promise, max_align_t) before the lookup.  malloc_small[] maps (size+15)>>4
- * straight to the generic cache (one load instead of index + cache load);
+ * straight to the generic cache and where its hot state sits in a thread's
+ * struct (two loads from one entry, side by side, where the cache and then
+ * its cpu_off were two in a row);
  * above 1 KiB the kmem layer's own tables serve (kmalloc_cache_fast: the
  * classes there are multiples of 32, so 16-aligned).  An entry stays NULL
  * until its class is first used, and all of them whenever the design (SLOB)
@@ -42,7 +44,11 @@
 /* Larger than this is refused at once (glibc refuses > PTRDIFF_MAX too). */
 #define MALLOC_MAX_REQUEST ((size_t)PTRDIFF_MAX)
 
-extern struct kmem_cache *malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
+struct malloc_class {
+    struct kmem_cache *cache;          /* NULL until made (and always with SLOB or debugging) */
+    uint32_t cpu_off;                  /* cache->cpu_off */
+};
+extern struct malloc_class malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
 /* The class for a size up to MALLOC_SMALL_MAX, made and entered in
  * malloc_small on first use; NULL when the table does not apply (SLOB, the
  * debug layer) or the class cannot be made. */
@@ -85,15 +91,16 @@ SK_INLINE bool boot_owns(const void *p)
  * kmem layer's two-step lookup (a byte index, then the cache). */
 SK_INLINE void *malloc_fast(size_t size)
 {
-    struct kmem_cache *cp;
-    if (likely(size <= MALLOC_SMALL_MAX))
-        cp = malloc_small[(size + 15) >> 4];
-    else if (size <= MALLOC_MID_MAX)   /* 1..32 KiB: the kmem layer's class index, then the cache */
-        cp = kmalloc_cache_fast(size);
-    else
-        cp = NULL;
-    if (likely(cp != NULL))
-        return sk_design.alloc_checked(cp, KM_NOSLEEP | KM_MALLOC);
+    if (likely(size <= MALLOC_SMALL_MAX)) {
+        const struct malloc_class *mc = &malloc_small[(size + 15) >> 4];
+        struct kmem_cache *cp = __atomic_load_n(&mc->cache, __ATOMIC_ACQUIRE);
+        if (likely(cp != NULL))
+            return sk_design.alloc_hot(cp, (char *)sk_self + mc->cpu_off, KM_NOSLEEP | KM_MALLOC);
+    } else if (size <= MALLOC_MID_MAX) {   /* 1..32 KiB: the kmem layer's class index, then the cache */
+        struct kmem_cache *cp = kmalloc_cache_fast(size);
+        if (likely(cp != NULL))
+            return sk_design.alloc_checked(cp, KM_NOSLEEP | KM_MALLOC);
+    }
     return malloc_slow(size);
 }
 
