@@ -230,6 +230,8 @@ def cmd_record(args):
         for f in files[1:]:
             shutil.move(f, f"{out}.{f.rsplit('.', 1)[1]}")
     shutil.rmtree(d, ignore_errors=True)
+    if args.untimed:
+        trace.untimed(out)
     info = trace.analyze(out)
     extra = f"; {len(files) - 1} other process(es) {'kept as ' + out + '.PID' if args.all else 'dropped (--all keeps them)'}" \
         if len(files) > 1 else ""
@@ -346,6 +348,8 @@ def make_parser():
                                      "trace (24 bytes a call).")
     rec.add_argument("-o", "--output", metavar="FILE", help="trace file (default CMD.sktrace)")
     rec.add_argument("--all", action="store_true", help="keep the traces of child processes as FILE.PID")
+    rec.add_argument("--untimed", action="store_true", help="drop the times, pid and start time (a trace to share: "
+                                                           "it compresses some 20x; replayed as fast as possible)")
     rec.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     rec.set_defaults(func=cmd_record)
 
