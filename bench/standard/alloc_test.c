@@ -43,7 +43,7 @@ int main(int argc, char **argv)
 {
     wl_check_opts(argc, argv, "tns", "[-t THREADS] [-n STEPS_PER_THREAD] [-s SEED]");
     int t = (int)wl_lopt(argc, argv, "-t", 2);
-    long steps = wl_lopt(argc, argv, "-n", 6000000);
+    long steps = wl_lopt(argc, argv, "-n", 8000000);
     unsigned long long check = wl_workers(t, steps, (uint64_t)wl_lopt(argc, argv, "-s", 1), run);
     wl_result((unsigned long long)(2 * t * steps), check);
     return 0;

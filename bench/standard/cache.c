@@ -33,7 +33,7 @@ int main(int argc, char **argv)
     wl_check_opts(argc, argv, "mtnwz", "[-m thrash|scratch] [-t THREADS] [-n ITERATIONS] [-w WRITES] [-z SIZE]");
     const char *mode = wl_opt(argc, argv, "-m", "thrash");
     int t = (int)wl_lopt(argc, argv, "-t", 2);
-    long iterations = wl_lopt(argc, argv, "-n", 1000000), writes = wl_lopt(argc, argv, "-w", 100);
+    long iterations = wl_lopt(argc, argv, "-n", 1500000), writes = wl_lopt(argc, argv, "-w", 100);
     size_t size = (size_t)wl_lopt(argc, argv, "-z", 8);
     int scratch = strcmp(mode, "scratch") == 0;
     if ((!scratch && strcmp(mode, "thrash") != 0) || t < 1 || t > 256 || iterations < 1 || writes < 1 || size < 1) {

@@ -36,7 +36,7 @@ int main(int argc, char **argv)
 {
     wl_check_opts(argc, argv, "tns", "[-t THREADS] [-n ITERATIONS_PER_THREAD] [-s SEED]");
     int t = (int)wl_lopt(argc, argv, "-t", 2);
-    long iterations = wl_lopt(argc, argv, "-n", 4000000);
+    long iterations = wl_lopt(argc, argv, "-n", 6000000);
     unsigned long long check = wl_workers(t, iterations, (uint64_t)wl_lopt(argc, argv, "-s", 1), run);
     wl_result((unsigned long long)(2 * t * iterations), check);
     return 0;

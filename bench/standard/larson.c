@@ -59,7 +59,7 @@ int main(int argc, char **argv)
     wl_check_opts(argc, argv, "tcrns", "[-t LANES] [-c CHUNKS] [-r ROUNDS] [-n OPS_PER_ROUND] [-s SEED]");
     int t = (int)wl_lopt(argc, argv, "-t", 2);
     long chunks = wl_lopt(argc, argv, "-c", 5000), rounds = wl_lopt(argc, argv, "-r", 100);
-    long ops = wl_lopt(argc, argv, "-n", 50000);
+    long ops = wl_lopt(argc, argv, "-n", 80000);
     uint64_t seed = (uint64_t)wl_lopt(argc, argv, "-s", 4141);
     if (t < 1 || t > 64 || chunks < 1 || rounds < 1 || ops < 1) {
         fprintf(stderr, "larson: bad -t, -c, -r or -n\n");

@@ -77,7 +77,7 @@ int main(int argc, char **argv)
 {
     wl_check_opts(argc, argv, "trns", "[-t THREADS] [-r ROUNDS] [-n STEPS] [-s SEED]");
     int t = (int)wl_lopt(argc, argv, "-t", 2);
-    long rounds = wl_lopt(argc, argv, "-r", 20), steps = wl_lopt(argc, argv, "-n", 400000);
+    long rounds = wl_lopt(argc, argv, "-r", 20), steps = wl_lopt(argc, argv, "-n", 600000);
     uint64_t seed = (uint64_t)wl_lopt(argc, argv, "-s", 1);
     unsigned long long check = 0;
     for (long r = 0; r < rounds; r++)

@@ -101,7 +101,7 @@ static uint64_t fold(const struct node *t)
 int main(int argc, char **argv)
 {
     wl_check_opts(argc, argv, "ns", "[-n INSERTS] [-s SEED]");
-    long n = wl_lopt(argc, argv, "-n", 300000);
+    long n = wl_lopt(argc, argv, "-n", 600000);
     struct wl_rng rng = { (uint64_t)wl_lopt(argc, argv, "-s", 1) };
     struct node *t = NULL, *kept[KEEP];
     int nkept = 0;

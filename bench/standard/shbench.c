@@ -108,7 +108,7 @@ int main(int argc, char **argv)
 {
     wl_check_opts(argc, argv, "xtnbs", "[-x 0|1] [-t THREADS] [-n BATCHES] [-b BLOCKS] [-s SEED]");
     int cross = (int)wl_lopt(argc, argv, "-x", 0), t = (int)wl_lopt(argc, argv, "-t", 2);
-    long batches = wl_lopt(argc, argv, "-n", 10000), blocks = wl_lopt(argc, argv, "-b", 1000);
+    long batches = wl_lopt(argc, argv, "-n", 12000), blocks = wl_lopt(argc, argv, "-b", 1000);
     uint64_t seed = (uint64_t)wl_lopt(argc, argv, "-s", 1);
     if (t < 1 || t > 256 || batches < 1 || blocks < 2) {
         fprintf(stderr, "shbench: bad -t, -n or -b\n");

@@ -38,33 +38,33 @@ FULL = ([f"sizes:{k}" for k in SIZES] + [f"lifetime:{d}" for d in LIFETIMES] + [
 # The standard allocator benchmark programs (bench/standard/, written after
 # the descriptions of mimalloc-bench's set): name -> (program, fixed
 # arguments, the option --scale multiplies, its value at scale 1, threads,
-# description).  At scale 1 each takes 0.5-1.5 s of CPU under glibc here;
-# the threaded ones run 2 threads.
+# description).  At scale 1 each takes 0.4-1.2 s of CPU under glibc on the
+# project's machine (2 cores shared, load 4); the threaded ones run 2 threads.
 STANDARD = {
     "cfrac": ("cfrac", [], "-n", 1000000, 1, "continued-fraction expansion on heap bignums: small short-lived blocks"),
     "espresso": ("espresso", [], "-n", 400, 1, "logic minimisation: cubes of a few sizes, covers grown with realloc"),
     "barnes": ("barnes", ["-t", "2"], "-i", 8, 2, "Barnes-Hut n-body: an octree built and freed per step"),
-    "larson": ("larson", ["-t", "2"], "-n", 50000, 2,
+    "larson": ("larson", ["-t", "2"], "-n", 80000, 2,
                "server churn, 8-1000 B, each lane's array handed to a new thread every round"),
-    "sh6bench": ("shbench", ["-x", "0", "-t", "2"], "-n", 10000, 2,
+    "sh6bench": ("shbench", ["-x", "0", "-t", "2"], "-n", 12000, 2,
                  "batches of 1-1000 B, half freed LIFO, half FIFO, per thread"),
-    "sh8bench": ("shbench", ["-x", "1", "-t", "2"], "-n", 8000, 2,
+    "sh8bench": ("shbench", ["-x", "1", "-t", "2"], "-n", 12000, 2,
                  "as sh6bench, the FIFO half freed by the next thread"),
     "xmalloc-test": ("xmalloc", ["-t", "2"], "-n", 60000, 2, "one thread only allocates, the other only frees"),
-    "cache-scratch": ("cache", ["-m", "scratch", "-t", "2"], "-n", 1000000, 2,
+    "cache-scratch": ("cache", ["-m", "scratch", "-t", "2"], "-n", 1500000, 2,
                       "passive false sharing: objects given out by the main thread, freed, reused"),
-    "cache-thrash": ("cache", ["-m", "thrash", "-t", "2"], "-n", 1000000, 2,
+    "cache-thrash": ("cache", ["-m", "thrash", "-t", "2"], "-n", 1500000, 2,
                      "active false sharing: each thread mallocs, writes, frees a small object"),
     "glibc-simple": ("glibc_simple", [], "-n", 800000, 1, "batches of 25-1600 blocks of 16-1024 B, then their frees"),
-    "glibc-thread": ("glibc_thread", ["-t", "2"], "-n", 4000000, 2,
+    "glibc-thread": ("glibc_thread", ["-t", "2"], "-n", 6000000, 2,
                      "random victim among 1024 per thread, sizes 1/size over 4 B-32 KiB"),
-    "alloc-test": ("alloc_test", ["-t", "2"], "-n", 6000000, 2,
+    "alloc-test": ("alloc_test", ["-t", "2"], "-n", 8000000, 2,
                    "random victim among 16,384 per thread, Pareto sizes up to 1 KiB"),
-    "mstress": ("mstress", ["-t", "2"], "-n", 400000, 2,
+    "mstress": ("mstress", ["-t", "2"], "-n", 600000, 2,
                 "rounds of threads, power-of-two sizes, blocks migrating through a shared array"),
     "rptest": ("rptest", ["-t", "2"], "-n", 25000, 2, "a window of batches per thread, an eighth freed by the other"),
     "malloc-large": ("malloc_large", [], "-n", 500, 1, "20 live blocks of 5-25 MiB, each zero-filled"),
-    "rbmap": ("rbmap", [], "-n", 300000, 1, "a persistent red-black map with reference-counted nodes (lean-like)"),
+    "rbmap": ("rbmap", [], "-n", 600000, 1, "a persistent red-black map with reference-counted nodes (lean-like)"),
 }
 
 
