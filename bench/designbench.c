@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <slabkit/slabkit.h>
+#include "bench.h"
 
 #define MAX_THREADS 8
 static const char *const DESIGNS[] = { "slab", "slub", "slob", "slqb" };
@@ -57,24 +58,13 @@ static const char *const WORKLOADS[] = { "fileio", "memory" };
 #define NT 3
 #define NW 2
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now(void) { return bench_now_ns() * 1e-9; }
 
 static double cpu_now(void)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
-}
-
-static uint64_t rnd(uint64_t *s)        /* xorshift64* */
-{
-    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1Dull;
 }
 
 /* ======================================================================
@@ -256,7 +246,7 @@ static void *fileio_thread(void *arg)
     long ops = fileio_ops() / nthreads;
     pthread_barrier_wait(&start_barrier);
     for (long op = 0; op < ops; op++) {
-        uint64_t r = rnd(&rng);
+        uint64_t r = bench_rnd(&rng);
         uint32_t id = r % 4 ? (uint32_t)(r >> 8) % HOT_FILES : (uint32_t)(r >> 8) % ALL_FILES;
         size_t plen = 16 + (r >> 32) % 49;                 /* getname: the path, transient */
         char *path = kmem_alloc(plen, KM_SLEEP);
@@ -336,13 +326,13 @@ static void fileio_prepare(void)
     }
     sample();
     for (long i = pages - 1; i > 0; i--) {            /* drop caches, in random order */
-        long j = (long)(rnd(&rng) % (uint64_t)(i + 1));
+        long j = (long)(bench_rnd(&rng) % (uint64_t)(i + 1));
         struct dirty t = prep_pc[i]; prep_pc[i] = prep_pc[j]; prep_pc[j] = t;
     }
     for (long i = 0; i < pages; i++)
         writeback(0, &prep_pc[i]);
     for (int i = 0; i < ent; i++) {
-        if (rnd(&rng) % 10 == 0)
+        if (bench_rnd(&rng) % 10 == 0)
             continue;                                 /* pinned until clean-up */
         entry_free(&prep[i]);
         prep[i].inode = NULL;
@@ -384,7 +374,7 @@ static void fileio_cleanup(void)
 
 static long memory_iters(void) { return (long)(60000 * scale); }
 
-static size_t buf_size(uint64_t *rng) { return (size_t)(4 + rnd(rng) % 61) << 10; }  /* 4..64 KiB */
+static size_t buf_size(uint64_t *rng) { return (size_t)(4 + bench_rnd(rng) % 61) << 10; }  /* 4..64 KiB */
 
 static void *memory_thread(void *arg)
 {
@@ -403,7 +393,7 @@ static void *memory_thread(void *arg)
     long iters = memory_iters() / nthreads;
     pthread_barrier_wait(&start_barrier);
     for (long it = 0; it < iters; it++) {
-        uint64_t r = rnd(&rng);
+        uint64_t r = bench_rnd(&rng);
         int a = (int)(r % MEM_BUFS), b = (int)((r >> 8) % MEM_BUFS);
         size_t n = size[a] < size[b] ? size[a] : size[b];
         memmove(buf[b], buf[a], n - 8);               /* the transfer; the last word of each buffer is its stamp */
@@ -435,21 +425,6 @@ static void *memory_thread(void *arg)
 }
 
 /* --- child driver ------------------------------------------------------------ */
-
-static long hwm_kb(void)
-{
-    char buf[4096];
-    int fd = open("/proc/self/status", O_RDONLY);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    char *p = strstr(buf, "VmHWM:");
-    return p ? strtol(p + 6, NULL, 10) : -1;
-}
 
 static int child(const char *workload, int threads, const char *want_design)
 {
@@ -500,7 +475,7 @@ static int child(const char *workload, int threads, const char *want_design)
            design, slabkit_page_allocator(), workload, threads,
            t1 - t0, c1 - c0, (unsigned long long)peak_pages * 4, (unsigned long long)end_pages * 4,
            (unsigned long long)(s2.frag_events - s0.frag_events),
-           (unsigned long long)(s1.frag_events - s0.frag_events), int_frag, end_frag, hwm_kb(), !corrupt);
+           (unsigned long long)(s1.frag_events - s0.frag_events), int_frag, end_frag, bench_peak_rss_kib(), !corrupt);
     return corrupt ? 3 : 0;
 }
 
@@ -572,12 +547,6 @@ static int run_child(const char *design, const char *pages, const char *workload
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median and half the range, over the repetitions. */
 static double median(int w, int d, int p, int t, int m, double *spread)
 {
@@ -589,9 +558,9 @@ static double median(int w, int d, int p, int t, int m, double *spread)
         *spread = 0;
         return NAN;
     }
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    *spread = (v[n - 1] - v[0]) / 2;
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    struct bench_stat st = bench_stat(v, n);
+    *spread = (st.max - st.min) / 2;
+    return st.median;
 }
 
 static void print_table(int w, int m)

@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include <slabkit/slabkit.h>
 #include "kmem/cache.h"
+#include "bench.h"
 
 /* Link every design whose source exists (the core refers to them weakly). */
 #if __has_include("kmem/slab.c")
@@ -41,13 +42,6 @@ const void *volatile link_slob = &slob_design;
 #if __has_include("kmem/slqb.c")
 const void *volatile link_slqb = &slqb_design;
 #endif
-
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static volatile uintptr_t sink;
 
@@ -101,7 +95,7 @@ SK_INLINE double objcache_loop(long n, void *(*get)(void), void (*put)(void *))
     struct foo *win[WINDOW];
     for (int i = 0; i < WINDOW; i++)
         win[i] = get();
-    double t0 = now_ns();
+    double t0 = bench_now_ns();
     for (long i = 0; i < n; i++) {
         struct foo **slot = &win[i & (WINDOW - 1)];
         put(*slot);
@@ -109,7 +103,7 @@ SK_INLINE double objcache_loop(long n, void *(*get)(void), void (*put)(void *))
         foo_use(f, i);
         *slot = f;
     }
-    double t = now_ns() - t0;
+    double t = bench_now_ns() - t0;
     for (int i = 0; i < WINDOW; i++)
         put(win[i]);
     return t / (double)n;
@@ -145,7 +139,7 @@ static double run_objcache_glibc(long n)
         win[i] = malloc(sizeof(struct foo));
         foo_constructor(win[i], sizeof(struct foo));
     }
-    double t0 = now_ns();
+    double t0 = bench_now_ns();
     for (long i = 0; i < n; i++) {
         struct foo **slot = &win[i & (WINDOW - 1)];
         struct foo *old = *slot;
@@ -157,7 +151,7 @@ static double run_objcache_glibc(long n)
         foo_use(f, i);
         *slot = f;
     }
-    double t = now_ns() - t0;
+    double t = bench_now_ns() - t0;
     for (int i = 0; i < WINDOW; i++) {
         foo_destructor(win[i], sizeof(struct foo));
         free(win[i]);
@@ -174,13 +168,13 @@ static size_t cur_size;
 SK_INLINE double pairs_loop(long n, void *(*alloc)(size_t, int), void (*release)(void *, size_t))
 {
     size_t size = cur_size;
-    double t0 = now_ns();
+    double t0 = bench_now_ns();
     for (long i = 0; i < n; i++) {
         void *p = alloc(size, KM_SLEEP);
         *(volatile char *)p = (char)i;
         release(p, size);
     }
-    return (now_ns() - t0) / (double)n;
+    return (bench_now_ns() - t0) / (double)n;
 }
 
 #define BATCH 1000
@@ -190,7 +184,7 @@ SK_INLINE double batch_loop(long n, void *(*alloc)(size_t, int), void (*release)
 {
     size_t size = cur_size;
     long rounds = n / BATCH > 0 ? n / BATCH : 1;
-    double t0 = now_ns();
+    double t0 = bench_now_ns();
     for (long r = 0; r < rounds; r++) {
         for (int i = 0; i < BATCH; i++) {
             batch[i] = alloc(size, KM_SLEEP);
@@ -199,7 +193,7 @@ SK_INLINE double batch_loop(long n, void *(*alloc)(size_t, int), void (*release)
         for (int i = 0; i < BATCH; i++)
             release(batch[i], size);
     }
-    return (now_ns() - t0) / (double)(rounds * BATCH);
+    return (bench_now_ns() - t0) / (double)(rounds * BATCH);
 }
 
 SK_INLINE void *glibc_alloc(size_t size, int flags) { (void)flags; return malloc(size); }
@@ -246,12 +240,6 @@ struct result {
     double goal;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 #define MAX_REPS 11
 
 /* k: slabkit, g: glibc, f: the null allocator; interleaved, the order
@@ -268,17 +256,15 @@ static void measure(struct result *r, const char *name, double goal, size_t size
     for (int i = 0; i < reps; i++)
         for (int j = 0; j < 3; j++)
             out[(i + j) % 3][i] = fn[(i + j) % 3](n);
-    qsort(ks, (size_t)reps, sizeof(double), cmp_double);
-    qsort(gs, (size_t)reps, sizeof(double), cmp_double);
-    qsort(fs, (size_t)reps, sizeof(double), cmp_double);
-    r->null = fs[reps / 2];
+    struct bench_stat k_st = bench_stat(ks, reps), g_st = bench_stat(gs, reps);
+    r->null = bench_stat(fs, reps).median;
     snprintf(r->name, sizeof r->name, "%s", name);
-    r->kmem = ks[reps / 2];
-    r->kmem_lo = ks[0];
-    r->kmem_hi = ks[reps - 1];
-    r->glibc = gs[reps / 2];
-    r->glibc_lo = gs[0];
-    r->glibc_hi = gs[reps - 1];
+    r->kmem = k_st.median;
+    r->kmem_lo = k_st.min;
+    r->kmem_hi = k_st.max;
+    r->glibc = g_st.median;
+    r->glibc_lo = g_st.min;
+    r->glibc_hi = g_st.max;
     r->goal = goal;
 }
 

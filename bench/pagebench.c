@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include "page/page.h"
 #include "slabkit/slabkit.h"
+#include "bench.h"
 
 enum { WL_HOT, WL_BURST, WL_MIXED, WL_COUNT };
 static const char *const wl_names[WL_COUNT] = { "hot", "burst", "mixed" };
@@ -33,20 +34,8 @@ static const double wl_goal[WL_COUNT] = { 1.0, 1.5, 0.9 };
 
 static int full;
 
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s >> 12; *s ^= *s << 25; *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1Dull;
-}
-
-/* CPU time of the calling thread: on a shared machine wall time measures the
- * neighbours; lock spinning still counts, sleeping on a futex does not. */
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
+/* Timed by each thread's CPU time (bench_thread_cpu_ns): on a shared machine
+ * wall time measures the neighbours. */
 
 /* ---- the workloads (one thread's share); return operations done ---- */
 
@@ -68,7 +57,7 @@ static uint64_t run_burst(uint64_t rounds, uint64_t seed)
     for (unsigned i = 0; i < BURST; i++)
         perm[i] = i;
     for (unsigned i = BURST - 1; i > 0; i--) {
-        unsigned j = (unsigned)(rnd(&seed) % (i + 1)), t = perm[i];
+        unsigned j = (unsigned)(bench_rnd(&seed) % (i + 1)), t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
     }
@@ -89,7 +78,7 @@ static uint64_t run_mixed(uint64_t steps, uint64_t seed)
     static __thread unsigned char plan[1 << 16];
     static __thread unsigned short slot[1 << 16];
     for (unsigned i = 0; i < (1u << 16); i++) {
-        uint64_t r = rnd(&seed);
+        uint64_t r = bench_rnd(&seed);
         plan[i] = r % 10 < 7 ? 0 : (unsigned char)(1 + (r >> 8) % 3);
         slot[i] = (unsigned short)((r >> 20) % WINDOW);
     }
@@ -137,9 +126,9 @@ static void *child_thread(void *a)
     uint64_t n = workload_size(c->wl);
     run_workload(c->wl, n / 10 + 1, 7 + c->id);     /* warm-up: regions, descriptors */
     pthread_barrier_wait(c->bar);
-    c->t0 = now_ns();
+    c->t0 = bench_thread_cpu_ns();
     c->ops = run_workload(c->wl, n, 1234 + c->id);
-    c->t1 = now_ns();
+    c->t1 = bench_thread_cpu_ns();
     return NULL;
 }
 
@@ -201,23 +190,6 @@ static double run_child(const char *self, const char *pages, int wl, int threads
     return v;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    double t[64];
-    memcpy(t, v, (size_t)n * sizeof *v);
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
-
-static double vmin(const double *v, int n) { double m = v[0]; for (int i = 1; i < n; i++) if (v[i] < m) m = v[i]; return m; }
-static double vmax(const double *v, int n) { double m = v[0]; for (int i = 1; i < n; i++) if (v[i] > m) m = v[i]; return m; }
-
 int main(int argc, char **argv)
 {
     int json = 0, reps = 5;
@@ -265,11 +237,12 @@ int main(int argc, char **argv)
         printf("{\"benchmark\": \"pagebench\", \"reps\": %d, \"unit\": \"ns/op\", \"results\": [", reps);
         for (int wl = 0; wl < WL_COUNT; wl++)
             for (int t = 0; t < 2; t++) {
-                double b = median(res[wl][t][0], reps), ib = median(res[wl][t][1], reps);
+                struct bench_stat st[2] = { bench_stat(res[wl][t][0], reps), bench_stat(res[wl][t][1], reps) };
+                double b = st[0].median, ib = st[1].median;
                 printf("%s\n  {\"workload\": \"%s\", \"threads\": %d, ", wl || t ? "," : "", wl_names[wl], thread_counts[t]);
                 for (int a = 0; a < 2; a++) {
                     printf("\"%s\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f, \"runs\": [", pages[a],
-                           median(res[wl][t][a], reps), vmin(res[wl][t][a], reps), vmax(res[wl][t][a], reps));
+                           st[a].median, st[a].min, st[a].max);
                     for (int r = 0; r < reps; r++)
                         printf("%s%.3f", r ? ", " : "", res[wl][t][a][r]);
                     printf("]}, ");
@@ -284,13 +257,13 @@ int main(int argc, char **argv)
     printf("%-7s %3s  %-24s %-24s %8s %7s\n", "work", "thr", "lazy buddy", "lazy iBuddy", "b/ib", "goal");
     for (int wl = 0; wl < WL_COUNT; wl++)
         for (int t = 0; t < 2; t++) {
-            double b = median(res[wl][t][0], reps), ib = median(res[wl][t][1], reps);
+            struct bench_stat sb = bench_stat(res[wl][t][0], reps), si = bench_stat(res[wl][t][1], reps);
+            double b = sb.median, ib = si.median;
             char cb[64], ci[64];
-            snprintf(cb, sizeof cb, "%7.2f [%.2f-%.2f]", b, vmin(res[wl][t][0], reps), vmax(res[wl][t][0], reps));
-            snprintf(ci, sizeof ci, "%7.2f [%.2f-%.2f]", ib, vmin(res[wl][t][1], reps), vmax(res[wl][t][1], reps));
+            snprintf(cb, sizeof cb, "%7.2f [%.2f-%.2f]", b, sb.min, sb.max);
+            snprintf(ci, sizeof ci, "%7.2f [%.2f-%.2f]", ib, si.min, si.max);
             /* Below the goal but with overlapping [min-max] ranges: noise. */
-            bool overlap = vmin(res[wl][t][0], reps) <= vmax(res[wl][t][1], reps) &&
-                           vmin(res[wl][t][1], reps) <= vmax(res[wl][t][0], reps);
+            bool overlap = sb.min <= si.max && si.min <= sb.max;
             printf("%-7s %3d  %-24s %-24s %7.2fx %s%.1fx %s\n", wl_names[wl], thread_counts[t], cb, ci, b / ib,
                    ">=", wl_goal[wl], b / ib >= wl_goal[wl] ? "met" : overlap ? "not met (within noise)" : "NOT met");
         }

@@ -1,8 +1,9 @@
-/* wl.h — what the lab's workload programs share: option parsing (-x VALUE
- * pairs), a seeded PRNG (splitmix64), the beta(alpha, beta) size sampler of the
- * thesis' random-size benchmark, block stamping (each block carries a tag in
- * its first and last word, checked before it is freed, so a broken allocator
- * shows as exit status 3 rather than as a fast time) and the result line.
+/* wl.h — what the lab's workload programs (bench/workloads, bench/standard)
+ * share: option parsing (-x VALUE pairs), a seeded PRNG (splitmix64), the
+ * beta(alpha, beta) size sampler of the thesis' random-size benchmark, block
+ * stamping (each block carries a tag in its first and last word, checked
+ * before it is freed, so a broken allocator shows as exit status 3 rather
+ * than as a fast time), running a function in T threads and the result line.
  *
  * The programs are plain malloc/free programs: they never link slabkit, the
  * allocator under test comes in with LD_PRELOAD.  They print exactly one line
@@ -11,6 +12,7 @@
 #define WL_H
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +144,43 @@ static inline void *wl_malloc(size_t size)
         exit(4);
     }
     return p;
+}
+
+/* Runs fn on each of n argument blocks (arg, arg + size, ...), each in a
+ * thread of its own, and waits for them all. */
+static inline void wl_parallel(int n, void *(*fn)(void *), void *arg, size_t size)
+{
+    pthread_t tid[256];
+    if (n > 256)
+        n = 256;
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&tid[i], NULL, fn, (char *)arg + (size_t)i * size) != 0) {
+            fprintf(stderr, "workload: cannot create thread %d\n", i);
+            exit(4);
+        }
+    for (int i = 0; i < n; i++)
+        pthread_join(tid[i], NULL);
+}
+
+/* The threaded programs' frame: t workers, worker i with id i, the steps
+ * and seed + i, each run by fn in a thread of its own; returns the sum of
+ * the checks they leave. */
+struct wl_worker { int id, threads; long steps; uint64_t seed; unsigned long long check; };
+
+static inline unsigned long long wl_workers(int t, long steps, uint64_t seed, void *(*fn)(void *))
+{
+    struct wl_worker w[256];
+    unsigned long long check = 0;
+    if (t < 1 || t > 256 || steps < 1) {
+        fprintf(stderr, "workload: -t 1..256 threads and a positive -n\n");
+        exit(2);
+    }
+    for (int i = 0; i < t; i++)
+        w[i] = (struct wl_worker){ i, t, steps, seed + (uint64_t)i, 0 };
+    wl_parallel(t, fn, w, sizeof w[0]);
+    for (int i = 0; i < t; i++)
+        check += w[i].check;
+    return check;
 }
 
 static inline void wl_result(unsigned long long ops, unsigned long long check)

@@ -69,3 +69,20 @@ def test_bad_traces(build, slabkit_cli, tmp_path):
     r = subprocess.run([os.path.join(build, "bench", "workloads", "replay"), str(junk)], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "not a slabkit trace" in r.stderr
+
+
+def test_untimed_keeps_every_call(build, slabkit_cli, tmp_path):
+    # --untimed drops the times, pid and start time and nothing else: the same
+    # deterministic program recorded both ways gives the same calls.
+    cmd = [os.path.join(build, "bench", "workloads", "sizes"), "-n", "2000", "-r", "2", "-M", "20000"]
+    record(slabkit_cli, tmp_path / "timed.sktrace", cmd)
+    r = subprocess.run([slabkit_cli, "record", "--untimed", "-o", str(tmp_path / "bare.sktrace"), "--"] + cmd,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    timed = list(trace.records(str(tmp_path / "timed.sktrace")))
+    bare = list(trace.records(str(tmp_path / "bare.sktrace")))
+    assert len(timed) > 8000 and any(t[4] for t in timed)
+    assert all(t[4] == 0 for t in bare)
+    assert [t[:4] + t[5:] for t in bare] == [t[:4] + t[5:] for t in timed]
+    head = trace.read_header(str(tmp_path / "bare.sktrace"))
+    assert head["pid"] == 0 and head["start_realtime_ns"] == 0

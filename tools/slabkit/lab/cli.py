@@ -81,18 +81,22 @@ def record_reference_trace(build, out, notes):
 def cmd_bench(args):
     build = build_dir()
     full = args.full
+    suite = args.suite
     threads = [int(t) for t in args.threads.split(",")] if args.threads else W.THREADS
     if any(t < 1 or t > 256 for t in threads):
         raise LabError("--threads: counts between 1 and 256")
     repeats = args.repeats if args.repeats is not None else (5 if full else 3)
     if repeats < 1:
         raise LabError("--repeats must be at least 1")
-    scale = args.scale if args.scale is not None else (W.FULL_SCALE if full else W.DEFAULT_SCALE)
-    timeout = args.timeout if args.timeout is not None else (300.0 if full else 30.0)
+    scale = args.scale if args.scale is not None else (W.FULL_SCALE if full or suite else W.DEFAULT_SCALE)
+    timeout = args.timeout if args.timeout is not None else (300.0 if full or suite else 30.0)
     if scale <= 0:
         raise LabError("--scale must be positive")
     cands = A.candidates(ROOT, build, full=full, user=args.allocator or [])
-    allocs = A.select(cands, args.allocators, ROOT, build)
+    # The suite compares slabkit's default design with glibc and the peers
+    # (--full: every design and page allocator; --allocators: any choice).
+    default = f"glibc,{A.DEFAULT_DESIGN}+{A.DEFAULT_PAGES},{','.join(A.EXTERNAL)}"
+    allocs = A.select(cands, args.allocators or (default if suite and not full else None), ROOT, build)
     if args.allocator and args.allocators:         # named by path: always in
         for spec in args.allocator:
             u = A.parse_user_allocator(spec)
@@ -100,6 +104,8 @@ def cmd_bench(args):
                 allocs.append(next(a for a in cands if a.name == u.name))
     if args.workloads:
         names = W.expand(args.workloads, threads)
+    elif suite:
+        names = W.expand(suite, threads)
     elif args.cmd or args.trace:
         names = []
     else:
@@ -121,7 +127,9 @@ def cmd_bench(args):
         A.smoke(a, build)
     if not any(a.ok for a in allocs):
         raise LabError("no usable allocator: " + "; ".join(f"{a.name}: {a.reason}" for a in allocs))
-    probe = probe_lib(build, args.no_probe, notes)
+    # A suite's figures are whole-program time and wait4's peak RSS: no probe
+    # (it would add its own work to every call) and no RSS sampling.
+    probe = None if suite else probe_lib(build, args.no_probe, notes)
     if not args.quiet:
         ok = [a.name for a in allocs if a.ok]
         sys.stderr.write(f"slabkit bench: {len(wls)} workload(s) x {len(ok)} allocator(s) x {repeats} repeat(s): "
@@ -130,8 +138,9 @@ def cmd_bench(args):
             if not a.ok:
                 sys.stderr.write(f"  skipped {a.name}: {a.reason}\n")
     settings = {"full": full, "scale": scale, "threads": threads, "argv": sys.argv[1:],
-                "workloads": names, "allocators": [a.name for a in allocs]}
-    doc = runner.bench(allocs, wls, repeats, probe, timeout, settings, quiet=args.quiet, notes=notes)
+                "workloads": names, "allocators": [a.name for a in allocs], "suite": suite}
+    doc = runner.bench(allocs, wls, repeats, probe, timeout, settings, quiet=args.quiet, notes=notes,
+                       sample=not suite)
     files = R.save(doc, out)
     if not args.out:
         latest = os.path.join(build, "lab", "latest")
@@ -217,6 +226,8 @@ def cmd_record(args):
         for f in files[1:]:
             shutil.move(f, f"{out}.{f.rsplit('.', 1)[1]}")
     shutil.rmtree(d, ignore_errors=True)
+    if args.untimed:
+        trace.untimed(out)
     info = trace.analyze(out)
     extra = f"; {len(files) - 1} other process(es) {'kept as ' + out + '.PID' if args.all else 'dropped (--all keeps them)'}" \
         if len(files) > 1 else ""
@@ -290,6 +301,9 @@ def make_parser():
     b.add_argument("--allocators", metavar="LIST", help="comma list (glibc, jemalloc, tcmalloc, mimalloc, "
                                                         "DESIGN+PAGES, a design, slabkit)")
     b.add_argument("--allocator", action="append", metavar="NAME=PATH", help="add any malloc .so (repeatable)")
+    b.add_argument("--suite", choices=["standard"], help="the standard allocator benchmark programs "
+                   "(bench/standard): glibc, slabkit's default design and the peers (--full: every design), "
+                   "scale 1, whole-program wall and CPU time and peak RSS, as ratios to glibc with geometric means")
     b.add_argument("--workloads", metavar="LIST", help="comma list of workloads or groups (see `slabkit workloads`)")
     b.add_argument("--cmd", action="append", metavar="COMMAND", help="add a command as a workload (repeatable)")
     b.add_argument("--trace", action="append", metavar="FILE", help="add a recorded trace as a workload")
@@ -333,6 +347,8 @@ def make_parser():
                                      "trace (24 bytes a call).")
     rec.add_argument("-o", "--output", metavar="FILE", help="trace file (default CMD.sktrace)")
     rec.add_argument("--all", action="store_true", help="keep the traces of child processes as FILE.PID")
+    rec.add_argument("--untimed", action="store_true", help="drop the times, pid and start time (a trace to share: "
+                                                           "it compresses some 20x; replayed as fast as possible)")
     rec.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     rec.set_defaults(func=cmd_record)
 

@@ -7,6 +7,7 @@ workload, footprint over time, latency percentiles, scaling with threads)."""
 import csv
 import html
 import json
+import math
 import os
 import re
 
@@ -105,17 +106,66 @@ def text_table(head, rows):
     return "\n".join([line(head), "  ".join("-" * w for w in widths)] + [line(r) for r in rows])
 
 
-def text_report(doc, only_summary=False):
-    """The tables bench prints: one per metric with data, then the ranking summary."""
-    out = []
-    if not only_summary:
-        for key, title, unit, lower in METRICS:
-            if not metric_has_data(doc, key):
+# The suite's tables (bench --suite): each allocator's median relative to
+# glibc's, per program, and the geometric mean of those ratios.
+RATIO_METRICS = [("wall", "wall time", "s", 1.0), ("cpu", "CPU time (user+sys)", "s", 1.0),
+                 ("maxrss", "peak RSS (wait4)", "MiB", MiB)]
+
+
+def ratio_rows(doc, key, div, base="glibc"):
+    """Rows: workload, base's median (in the unit), then per allocator
+    'ratio ±spread%' (FAIL when it failed); last row the geometric means."""
+    names = [a for a in alloc_names(doc) if a != base]
+    rows, logs = [], {a: [] for a in names}
+    for w in [x["name"] for x in doc["workloads"]]:
+        b = doc["summary"][w].get(base)
+        bm = b[key]["median"] if b and b["status"] == "ok" else None
+        row = [w, fmt_num(bm / div, "s") if bm else "FAIL"]
+        for a in names:
+            e = doc["summary"][w][a]
+            m = e[key]["median"] if e["status"] == "ok" else None
+            if not m or not bm:
+                row.append("FAIL" if e["status"] != "ok" else "n/a")
                 continue
-            head, rows = table_rows(doc, key, unit, lower)
-            u = f" ({unit})" if unit and unit != "%" else ""
-            out.append(f"\n{title}{u}: median ± robust spread over repeats; * best or tied with the best\n"
-                       + text_table(head, rows))
+            logs[a].append(math.log(m / bm))
+            spread = metrics.noise(e[key]) / m * 100 if e[key]["n"] > 1 else 0
+            row.append(f"{m / bm:.2f} ±{spread:.0f}%")
+        rows.append(row)
+    n = len(rows)
+    rows.append(["geometric mean", ""] + [f"{math.exp(sum(v) / len(v)):.2f}" + ("" if len(v) == n else f" ({len(v)}/{n})")
+                                          if v else "n/a" for v in (logs[a] for a in names)])
+    return ["program", f"{base} ({'MiB' if div == MiB else 's'})"] + names, rows
+
+
+def suite_report(doc):
+    """The standard suite's output: a ratio table per metric."""
+    out = []
+    for key, title, _unit, div in RATIO_METRICS:
+        if not metric_has_data(doc, key):
+            continue
+        head, rows = ratio_rows(doc, key, div)
+        out.append(f"\n{title} relative to glibc: median of {doc['settings']['repeats']} interleaved runs, "
+                   f"± the robust spread of the allocator's runs\n" + text_table(head, rows))
+    return out
+
+
+def metric_tables(doc):
+    out = []
+    for key, title, unit, lower in METRICS:
+        if not metric_has_data(doc, key):
+            continue
+        head, rows = table_rows(doc, key, unit, lower)
+        u = f" ({unit})" if unit and unit != "%" else ""
+        out.append(f"\n{title}{u}: median ± robust spread over repeats; * best or tied with the best\n"
+                   + text_table(head, rows))
+    return out
+
+
+def text_report(doc, only_summary=False):
+    """The tables bench prints: one per metric with data, then the ranking
+    summary; for a suite (bench --suite), its ratio tables instead."""
+    suite = doc["settings"].get("suite") and any(a["name"] == "glibc" for a in doc["allocators"])
+    out = suite_report(doc) if suite else [] if only_summary else metric_tables(doc)
     skipped = [a for a in doc["allocators"] if a["status"] != "ok"]
     if skipped:
         out.append("\nskipped allocators:\n" + "\n".join(f"  {a['name']}: {a['reason']}" for a in skipped))
@@ -123,10 +173,11 @@ def text_report(doc, only_summary=False):
     if fails:
         out.append("\nfailures (the allocator failed the workload: ranked after all that did it):\n"
                    + "\n".join(f"  {a} on {w}: {e['failures']}/{e['runs']} runs, {e['reason']}" for w, a, e in fails))
-    head, rows = ranking_rows(doc)
-    out.append("\nRanking summary (as the kernel comparison's Table 3): rank per criterion, mean over "
-               f"{len(doc['workloads'])} workload(s); ties (within noise) share a rank; Balanced = best sum of "
-               "Time and Memory ranks\n" + text_table(head, rows))
+    if not suite:
+        head, rows = ranking_rows(doc)
+        out.append("\nRanking summary (as the kernel comparison's Table 3): rank per criterion, mean over "
+                   f"{len(doc['workloads'])} workload(s); ties (within noise) share a rank; Balanced = best sum of "
+                   "Time and Memory ranks\n" + text_table(head, rows))
     for n in doc.get("notes") or []:
         out.append(f"note: {n}")
     return "\n".join(out) + "\n"

@@ -4,9 +4,12 @@ One run = one child process: the workload's argv with
 LD_PRELOAD="<probe> <allocator>" (the probe, build/libimas.so, first, so it
 forwards to the allocator; see notes/probe.md), its stdout and stderr in
 files, sampled every 5-100 ms for RssAnon (of the child and its descendants)
-while it runs, then reaped with wait4 for its CPU time.  A child killed by a
-signal, exiting non-zero or running past the timeout is a *failure of that
-allocator on that workload*, recorded with its reason; the run goes on.
+while it runs, then reaped with wait4 for its CPU time and peak RSS.
+Without sampling (the standard suite: the sampler's own CPU would compete
+with a 2-thread program on 2 cores) the runner just blocks in wait4.  A
+child killed by a signal, exiting non-zero or running past the timeout is a
+*failure of that allocator on that workload*, recorded with its reason; the
+run goes on.
 
 The method: repeats are interleaved (repeat r runs every workload under every
 allocator before repeat r+1 starts), the allocator order is rotated between
@@ -23,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from .. import metrics
@@ -58,6 +62,7 @@ CRITERIA = [
 ]
 MAX_SAMPLES = 2000
 _OPS = re.compile(r"\bops=(\d+)")
+_RUSAGE = re.compile(r"^rusage: maxrss_kib=(\d+)", re.M)
 _FRAG_EVENTS = re.compile(r"frag(?:mentation)?[ _]events[: =]+(\d+)", re.I)
 
 
@@ -92,7 +97,14 @@ def _time_weighted_mean(samples):
     return statistics.fmean([v for _, v in pts[:-1]], weights)
 
 
-def run_one(alloc, workload, probe_lib=None, timeout=300.0, keep_dir=None):
+def _kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def run_one(alloc, workload, probe_lib=None, timeout=300.0, keep_dir=None, sample=True):
     """Runs workload under alloc; returns a dict of status, reason and metrics."""
     tmp = keep_dir or tempfile.mkdtemp(prefix="slabkit-run-")
     env = clean_env()
@@ -117,7 +129,13 @@ def run_one(alloc, workload, probe_lib=None, timeout=300.0, keep_dir=None):
         except OSError as e:
             return {"status": "fail", "reason": f"cannot start {workload.argv[0]}: {e.strerror}"}
         timed_out = False
-        while True:
+        if not sample:
+            timer = threading.Timer(timeout, _kill_group, (p.pid,))
+            timer.start()
+            _pid, status, ru = os.wait4(p.pid, 0)
+            timer.cancel()
+            timed_out = time.monotonic() - t0 > timeout
+        while sample:
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
             if pid:
                 break
@@ -127,10 +145,7 @@ def run_one(alloc, workload, probe_lib=None, timeout=300.0, keep_dir=None):
                 samples = samples[::2]
             if now > timeout and not timed_out:
                 timed_out = True
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                _kill_group(p.pid)
             time.sleep(0.005 if now < 0.5 else min(0.1, now / 100))
         wall = time.monotonic() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
@@ -142,11 +157,13 @@ def run_one(alloc, workload, probe_lib=None, timeout=300.0, keep_dir=None):
         last = tail[-1][:160] if tail else ""
         res.update(status="fail", reason=describe_status(p.returncode) + (f": {last}" if last else ""))
     with open(out_path, "rb") as f:
-        m = _OPS.search(f.read(65536).decode(errors="replace"))
+        text = f.read(65536).decode(errors="replace")
+    m = _OPS.search(text)
     ops = int(m.group(1)) if m else None
+    launched = _RUSAGE.search(text)        # a launcher's wait4 (bench/standard/rusage.c)
     own_peak = max((v for _, v in samples if v is not None), default=None)
     res.update(wall=wall, user=ru.ru_utime, sys=ru.ru_stime, cpu=ru.ru_utime + ru.ru_stime,
-               maxrss=ru.ru_maxrss * 1024, ops=ops, fp_peak=own_peak, fp_mean=_time_weighted_mean(samples),
+               maxrss=int(launched.group(1) if launched else ru.ru_maxrss) * 1024, ops=ops, fp_peak=own_peak, fp_mean=_time_weighted_mean(samples),
                req_peak=None, req_mean=None, frag_mean=None, frag_peak=None, frag_events=None,
                lat_malloc_p50=None, lat_malloc_p99=None, lat_free_p99=None, latency=None,
                samples=[[round(t, 4), v, None] for t, v in samples])
@@ -236,7 +253,7 @@ class Progress:
             sys.stderr.flush()
 
 
-def bench(allocs, workloads, repeats, probe_lib, timeout, settings, quiet=False, notes=()):
+def bench(allocs, workloads, repeats, probe_lib, timeout, settings, quiet=False, notes=(), sample=True):
     """Runs the comparison; returns the results document (see docs/lab.md)."""
     usable = [a for a in allocs if a.ok]
     started = time.time()
@@ -252,7 +269,7 @@ def bench(allocs, workloads, repeats, probe_lib, timeout, settings, quiet=False,
                 if (w.name, a.name) in timed_out:      # do not pay the timeout again
                     r = {"status": "fail", "reason": timed_out[(w.name, a.name)] + " (not repeated)"}
                 else:
-                    r = run_one(a, w, probe_lib, timeout)
+                    r = run_one(a, w, probe_lib, timeout, sample=sample)
                     if (r.get("reason") or "").startswith("timed out"):
                         timed_out[(w.name, a.name)] = r["reason"]
                 s = r.pop("samples", None)

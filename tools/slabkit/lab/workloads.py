@@ -5,9 +5,10 @@ with --scale (DEFAULT_SCALE keeps the default comparison near 2 minutes on
 2 cores; --full runs FULL_SCALE, about 3 times the work, 5 repeats).
 
 Names: sizes:small|mixed|large, lifetime:D, objcache, prodcon:T, server:T,
-kernel, replay:PATH, replay-timed:PATH, cmd:COMMAND.  Groups: sizes,
-lifetime, threads (prodcon and server at every --threads count), prodcon,
-server, all.
+kernel, replay:PATH, replay-timed:PATH, cmd:COMMAND, and the standard
+programs (STANDARD: cfrac, larson, ...).  Groups: sizes, lifetime, threads
+(prodcon and server at every --threads count), prodcon, server, all,
+standard.
 """
 import os
 import shlex
@@ -32,6 +33,39 @@ DEFAULT = ["sizes:small", "sizes:large", "lifetime:200", "lifetime:20000", "objc
            "prodcon:2", "server:2", "kernel"]
 FULL = ([f"sizes:{k}" for k in SIZES] + [f"lifetime:{d}" for d in LIFETIMES] + ["objcache"]
         + [f"prodcon:{t}" for t in THREADS] + [f"server:{t}" for t in THREADS] + ["kernel"])
+
+
+# The standard allocator benchmark programs (bench/standard/, written after
+# the descriptions of mimalloc-bench's set): name -> (program, fixed
+# arguments, the option --scale multiplies, its value at scale 1, threads,
+# description).  At scale 1 each takes 0.4-1.2 s of CPU under glibc on the
+# project's machine (2 cores shared, load 4); the threaded ones run 2 threads.
+STANDARD = {
+    "cfrac": ("cfrac", [], "-n", 1000000, 1, "continued-fraction expansion on heap bignums: small short-lived blocks"),
+    "espresso": ("espresso", [], "-n", 400, 1, "logic minimisation: cubes of a few sizes, covers grown with realloc"),
+    "barnes": ("barnes", ["-t", "2"], "-i", 8, 2, "Barnes-Hut n-body: an octree built and freed per step"),
+    "larson": ("larson", ["-t", "2"], "-n", 80000, 2,
+               "server churn, 8-1000 B, each lane's array handed to a new thread every round"),
+    "sh6bench": ("shbench", ["-x", "0", "-t", "2"], "-n", 12000, 2,
+                 "batches of 1-1000 B, half freed LIFO, half FIFO, per thread"),
+    "sh8bench": ("shbench", ["-x", "1", "-t", "2"], "-n", 12000, 2,
+                 "as sh6bench, the FIFO half freed by the next thread"),
+    "xmalloc-test": ("xmalloc", ["-t", "2"], "-n", 60000, 2, "one thread only allocates, the other only frees"),
+    "cache-scratch": ("cache", ["-m", "scratch", "-t", "2"], "-n", 1500000, 2,
+                      "passive false sharing: objects given out by the main thread, freed, reused"),
+    "cache-thrash": ("cache", ["-m", "thrash", "-t", "2"], "-n", 1500000, 2,
+                     "active false sharing: each thread mallocs, writes, frees a small object"),
+    "glibc-simple": ("glibc_simple", [], "-n", 800000, 1, "batches of 25-1600 blocks of 16-1024 B, then their frees"),
+    "glibc-thread": ("glibc_thread", ["-t", "2"], "-n", 6000000, 2,
+                     "random victim among 1024 per thread, sizes 1/size over 4 B-32 KiB"),
+    "alloc-test": ("alloc_test", ["-t", "2"], "-n", 8000000, 2,
+                   "random victim among 16,384 per thread, Pareto sizes up to 1 KiB"),
+    "mstress": ("mstress", ["-t", "2"], "-n", 600000, 2,
+                "rounds of threads, power-of-two sizes, blocks migrating through a shared array"),
+    "rptest": ("rptest", ["-t", "2"], "-n", 25000, 2, "a window of batches per thread, an eighth freed by the other"),
+    "malloc-large": ("malloc_large", [], "-n", 500, 1, "20 live blocks of 5-25 MiB, each zero-filled"),
+    "rbmap": ("rbmap", [], "-n", 600000, 1, "a persistent red-black map with reference-counted nodes (lean-like)"),
+}
 
 
 class Workload:
@@ -83,6 +117,12 @@ def make(name, build, scale=1.0):
         return Workload(f"{kind}:{os.path.basename(path)}",
                         f"trace {path} replayed {'with its timing' if mode == 'timed' else 'as fast as possible'}",
                         [os.path.join(wl, "replay"), "-m", mode, path], group="replay")
+    if name in STANDARD:
+        # Started through bench/standard/rusage.c, which reports the program's peak RSS (see there why).
+        exe, fixed, opt, base, threads, desc = STANDARD[name]
+        std = os.path.join(build, "bench", "standard")
+        return Workload(name, desc, [os.path.join(std, "rusage"), os.path.join(std, exe)] + fixed + [opt, _n(base, scale)],
+                        threads=threads, group="standard")
     if kind == "cmd" and arg:
         try:
             argv = shlex.split(arg)
@@ -96,12 +136,12 @@ def make(name, build, scale=1.0):
         return Workload(f"cmd:{short}", f"the command {arg}", argv, group="cmd")
     raise LabError(f"unknown workload {name!r} (known: {', '.join(known_names())}, "
                    "replay:TRACE, replay-timed:TRACE, cmd:COMMAND; groups: sizes, lifetime, threads, "
-                   "prodcon, server, all)")
+                   "prodcon, server, all, standard)")
 
 
 def known_names():
     return ([f"sizes:{k}" for k in SIZES] + [f"lifetime:{d}" for d in LIFETIMES] + ["objcache"]
-            + [f"prodcon:{t}" for t in THREADS] + [f"server:{t}" for t in THREADS] + ["kernel"])
+            + [f"prodcon:{t}" for t in THREADS] + [f"server:{t}" for t in THREADS] + ["kernel"] + list(STANDARD))
 
 
 def expand(spec, threads):
@@ -118,6 +158,8 @@ def expand(spec, threads):
             names = [f"{item}:{t}" for t in threads]
         elif item == "threads":
             names = [f"prodcon:{t}" for t in threads] + [f"server:{t}" for t in threads]
+        elif item == "standard":
+            names = list(STANDARD)
         else:
             names = [item]
         for n in names:
