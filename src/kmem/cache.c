@@ -184,6 +184,16 @@ static void cache_free_owned_shim(struct kmem_cache *cp, void *obj, const struct
     sk_design.free(cp, obj);
 }
 
+/* The page layer's timed check (about every 32nd page-layer slow path and
+ * every 2^16 fast frees of a cache, cache.h): idle large blocks and the
+ * design's own timed work. */
+static void cache_page_tick(uint64_t now)
+{
+    large_tick(now);
+    if (sk_design.tick)
+        sk_design.tick(now);
+}
+
 void cache_init(void)
 {
     static int state;      /* 0 never, 1 in progress, 2 done */
@@ -213,6 +223,7 @@ void cache_init(void)
     if (!sk_design.alloc_hot || sk_opt.debug)
         sk_design.alloc_hot = cache_alloc_hot_shim;
     page_set_reclaim_hook(cache_reap_all_urgent);
+    page_set_tick_hook(cache_page_tick);
     fork_hooks_install();
     if (sk_opt.stats)
         cache_stats_atexit();
@@ -478,8 +489,10 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
      * a larger alignment asks for a block that big. */
     size_t min_pages = align > PAGE_SIZE ? align >> PAGE_SHIFT : 1;
     size_t take = npages > min_pages ? npages : min_pages;
-    if (take > ((size_t)1 << MAX_ORDER))
-        return huge_alloc(size, align > PAGE_SIZE ? align : PAGE_SIZE);
+    if (take > ((size_t)1 << MAX_ORDER)) {
+        void *cached = align <= PAGE_SIZE && !debug_on ? large_huge_take(size) : NULL;
+        return cached ? cached : huge_alloc(size, align > PAGE_SIZE ? align : PAGE_SIZE);
+    }
     /* Plain requests go by size class through the cache of freed blocks
      * (large.c); a larger alignment needs the page layer's placement. */
     if (align <= PAGE_SIZE && !debug_on) {
@@ -602,6 +615,8 @@ void cache_kfree(void *p)
     if (huge_size(p)) {
         if (unlikely(debug_on))
             debug_note_free(p);
+        else if (large_huge_put(p))
+            return;
         huge_free(p);
         return;
     }

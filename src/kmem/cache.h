@@ -98,6 +98,10 @@ struct design_ops {
     void (*fork_parent)(struct kmem_cache *cp);
     void (*fork_child)(struct kmem_cache *cp);
 
+    /* Optional: run from the page layer's timed purge check (no lock held),
+     * for a design's own timed work (SLAB's working-set reap). */
+    void (*tick)(uint64_t now);
+
     /* Optional (SLOB): a design-specific kmalloc, used instead of the generic
      * caches when non-NULL. kfree_hdr gets pointers on PAGE_SLOB pages. */
     void *(*kmalloc)(size_t size, size_t align, int flags);
@@ -161,7 +165,11 @@ bool large_cache_put(struct page_desc *d);      /* keeps the PAGE_LARGE block at
 void large_block_init(struct page_desc *d);     /* a new PAGE_LARGE block: cacheable when freed */
 void large_block_resized(struct page_desc *d);  /* realloc resized it in place: never cached */
 size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
-size_t large_cache_bytes(void);
+void *large_huge_take(size_t size);             /* a cached huge block resized to size (marked used), or NULL */
+bool large_huge_put(void *p);                   /* keeps the freed huge block p, or false */
+void large_tick(uint64_t now);                  /* the page layer's timed check: idle blocks back */
+size_t large_cache_bytes(void);                 /* page-layer blocks kept */
+size_t large_huge_bytes(void);                  /* huge blocks kept */
 void large_fork_prepare(void);
 void large_fork_parent(void);
 void large_fork_child(void);

@@ -23,7 +23,17 @@
  * return delay (SLABKIT_RETURN_DELAY_MS) goes back to the page layer at the
  * next large-block operation after that, or at kmem_reap; urgent reaps
  * (malloc_trim, reclaim under pressure) flush everything.  Locking: one lock
- * (large_lock) around the lists; the page layer is called outside it. */
+ * (large_lock) around the lists; the page layer is called outside it.
+ *
+ * Huge blocks (beyond the page layer's largest order: mappings of their own,
+ * huge.c) are kept too, a few of them: a fresh mapping costs a page fault
+ * for every 4 KiB the program touches, and glibc keeps freed multi-MiB
+ * blocks in its heap (its mmap threshold rises to the size freed, up to
+ * 32 MiB), so churning 5-25 MiB blocks, each zero-filled, ran 3.5x glibc's
+ * time.  A request takes the smallest cached block that holds it (its tail
+ * unmapped) or else grows the largest with mremap (only the new part faults);
+ * HUGE_SLOTS blocks and HUGE_CACHE_BYTES at most, returned on the same
+ * schedule as the rest.  A reused block is marked so calloc clears it. */
 #include "cache.h"
 #include "../core/options.h"
 #include "../os/os.h"
@@ -193,13 +203,201 @@ bool large_cache_put(struct page_desc *d)
     return kept;
 }
 
+static size_t huge_release_old(uint64_t before);
+
 size_t large_cache_flush(bool all)
 {
     uint64_t now = os_now_ms(), delay = sk_opt.return_delay_ms;
+    uint64_t before = all ? UINT64_MAX : now >= delay ? now - delay : 0;
     lock_acquire(&large_lock);
-    struct page_desc *old = large_detach_old(all ? UINT64_MAX : now >= delay ? now - delay : 0);
+    struct page_desc *old = large_detach_old(before);
     lock_release(&large_lock);
-    return large_release(old);
+    return large_release(old) + huge_release_old(before);
+}
+
+/* --- Huge blocks ------------------------------------------------------- */
+
+#define HUGE_SLOTS 16
+/* The cache keeps at most a quarter of the huge bytes in use, and at least
+ * HUGE_CACHE_MIN: glibc's heap held 60-100 MiB of free memory for the 300
+ * MiB of 5-25 MiB blocks of mallocbench's large5-25M. */
+#define HUGE_CACHE_MIN ((size_t)32 << 20)
+#ifndef HUGE_CACHE_DIV
+#define HUGE_CACHE_DIV 2
+#endif
+/* A cached block bigger than a request by more than this (and an eighth of
+ * the request) is cut, the rest kept: it would be resident and unused. */
+#define HUGE_SPLIT_MIN ((size_t)1 << 20)
+
+struct huge_slot { void *p; size_t size; uint64_t since; };
+static struct huge_slot huge_slots[HUGE_SLOTS];   /* p NULL: empty */
+static size_t huge_cached_bytes;
+
+size_t large_huge_bytes(void)
+{
+    return __atomic_load_n(&huge_cached_bytes, __ATOMIC_RELAXED);
+}
+
+static size_t huge_cache_bound(void)
+{
+    size_t all = huge_bytes(), cached = __atomic_load_n(&huge_cached_bytes, __ATOMIC_RELAXED);
+    size_t q = (all > cached ? all - cached : 0) / HUGE_CACHE_DIV;
+    return q > HUGE_CACHE_MIN ? q : HUGE_CACHE_MIN;
+}
+
+/* Takes slot i's block out (lock held). */
+static struct huge_slot huge_slot_take(int i)
+{
+    struct huge_slot b = huge_slots[i];
+    huge_cached_bytes -= b.size;
+    huge_slots[i].p = NULL;
+    return b;
+}
+
+/* The slot of the smallest block holding size bytes, else (exact == false)
+ * of the largest; -1 if none (lock held). */
+static int huge_pick(size_t size, bool exact)
+{
+    int fit = -1, big = -1;
+    for (int i = 0; i < HUGE_SLOTS; i++) {
+        size_t have = huge_slots[i].size;
+        if (!huge_slots[i].p)
+            continue;
+        if (have >= size && (fit < 0 || have < huge_slots[fit].size))
+            fit = i;
+        if (big < 0 || have > huge_slots[big].size)
+            big = i;
+    }
+    return fit >= 0 || exact ? fit : big;
+}
+
+static bool huge_keep(void *p, size_t size, uint64_t since);
+
+/* A block of at least size bytes from the cache, no page of it faulted in
+ * again: the smallest cached block that holds it, cut to size; else the
+ * largest, with the pages of the others moved after it (huge_move_tail) and
+ * only what is still missing grown (those pages fault in when touched). */
+void *large_huge_take(size_t size)
+{
+    if (!__atomic_load_n(&huge_cached_bytes, __ATOMIC_RELAXED))
+        return NULL;
+    size = ALIGN_UP(size, PAGE_SIZE);
+    lock_acquire(&large_lock);
+    int i = huge_pick(size, false);
+    if (i < 0) {
+        lock_release(&large_lock);
+        return NULL;
+    }
+    struct huge_slot b = huge_slot_take(i);
+    /* Donors for a block too small: the others, largest first, as needed. */
+    struct huge_slot donor[HUGE_SLOTS];
+    int ndonors = 0;
+    for (size_t got = b.size; got < size; ndonors++) {
+        int j = huge_pick(0, false);
+        if (j < 0)
+            break;
+        donor[ndonors] = huge_slot_take(j);
+        got += donor[ndonors].size;
+    }
+    lock_release(&large_lock);
+
+    void *p = b.p;
+    size_t have = b.size;
+    for (int k = 0; k < ndonors; k++) {
+        size_t move = have < size ? size - have : 0;
+        if (move > donor[k].size)
+            move = donor[k].size;
+        if (move && huge_move_tail(p, donor[k].p, move)) {
+            have += move;
+            donor[k].size -= move;
+        }
+        if (donor[k].size)
+            huge_keep(donor[k].p, donor[k].size, donor[k].since);
+        else
+            huge_free(donor[k].p);         /* its header page alone */
+    }
+    if (have < size) {
+        void *q = huge_resize(p, size);    /* in place, or moved with its pages */
+        if (!q) {
+            huge_free(p);
+            return NULL;
+        }
+        p = q;
+    } else if (have - size > HUGE_SPLIT_MIN && have - size > size / 8) {
+        void *rest = huge_split(p, size);
+        if (rest)
+            huge_keep(rest, have - size, b.since);
+    }
+    huge_mark_used(p);
+    return p;
+}
+
+/* Into a free slot, the oldest blocks leaving (unmapped) to keep the cache
+ * within its bound; false if p alone is over it. */
+static bool huge_keep(void *p, size_t size, uint64_t since)
+{
+    void *out[HUGE_SLOTS];
+    int nout = 0;
+    size_t bound = huge_cache_bound();
+    bool kept = false;
+    lock_acquire(&large_lock);
+    if (size <= bound) {
+        for (;;) {
+            int free_slot = -1, oldest = -1;
+            for (int i = 0; i < HUGE_SLOTS; i++) {
+                if (!huge_slots[i].p)
+                    free_slot = i;
+                else if (oldest < 0 || huge_slots[i].since < huge_slots[oldest].since)
+                    oldest = i;
+            }
+            if (free_slot >= 0 && huge_cached_bytes + size <= bound) {
+                huge_slots[free_slot] = (struct huge_slot){ p, size, since };
+                huge_cached_bytes += size;
+                kept = true;
+                break;
+            }
+            if (oldest < 0)
+                break;
+            out[nout++] = huge_slot_take(oldest).p;
+        }
+    }
+    lock_release(&large_lock);
+    for (int k = 0; k < nout; k++)
+        huge_free(out[k]);
+    return kept;
+}
+
+bool large_huge_put(void *p)
+{
+    if (huge_header_bytes(p) != PAGE_SIZE)   /* an aligned block: its padding is no use to others */
+        return false;
+    return huge_keep(p, huge_size(p), page_now_ms());
+}
+
+/* Unmaps the cached huge blocks freed at or before `before`; bytes released. */
+static size_t huge_release_old(uint64_t before)
+{
+    void *out[HUGE_SLOTS];
+    size_t n = 0, bytes = 0;
+    lock_acquire(&large_lock);
+    for (int i = 0; i < HUGE_SLOTS; i++)
+        if (huge_slots[i].p && huge_slots[i].since <= before) {
+            bytes += huge_slots[i].size;
+            out[n++] = huge_slot_take(i).p;
+        }
+    lock_release(&large_lock);
+    for (size_t k = 0; k < n; k++)
+        huge_free(out[k]);
+    return bytes;
+}
+
+void large_tick(uint64_t now)
+{
+    uint64_t delay = sk_opt.return_delay_ms;
+    if (__atomic_load_n(&large_cached_pages, __ATOMIC_RELAXED))
+        large_age(now);
+    if (__atomic_load_n(&huge_cached_bytes, __ATOMIC_RELAXED))
+        huge_release_old(now >= delay ? now - delay : 0);
 }
 
 void large_fork_prepare(void) { lock_acquire(&large_lock); }

@@ -905,7 +905,7 @@ SK_INLINE void ws_tick(uint64_t now)
  * thread's cache state (every one without state), which is plenty for a
  * half-interval cadence of at least 50 ms, and saves a clock read on most
  * magazine exchanges.  A thread that goes idle takes no slow paths; the page
- * layer's purge check ticks for it (slab_page_tick). */
+ * layer's purge check ticks for it (slab_page_tick, design_ops.tick). */
 SK_INLINE void ws_sample(struct slab_cpu *cpu)
 {
     if (!cpu || (++cpu->slow & 15) == 0)
@@ -1436,17 +1436,12 @@ SK_NOINLINE SK_COLD static void ws_walk(uint64_t now, uint64_t last)
     lock_release(&cache_list_lock);
 }
 
-/* The page layer calls this from its timed purge check (no page lock held):
- * when the program only allocates pages or large blocks, SLAB's caches still
- * give their idle memory back. */
+/* The page layer's timed purge check runs this (no page lock held): when
+ * the program only allocates pages or large blocks, SLAB's caches still give
+ * their idle memory back. */
 static void slab_page_tick(uint64_t now)
 {
     ws_tick(now);
-}
-
-static void slab_init(void)
-{
-    page_set_tick_hook(slab_page_tick);
 }
 
 /* --- Threads, statistics, fork ---------------------------------------------- */
@@ -1568,7 +1563,7 @@ size_t slab_hash_info(struct kmem_cache *cp, size_t *rescales)
 const struct design_ops slab_design = {
     .name = "slab",
     .cache_priv_size = sizeof(struct slab_cache),
-    .init = slab_init,
+    .tick = slab_page_tick,
     .cache_init = slab_cache_init,
     .cache_fini = slab_cache_fini,
     .alloc = slab_alloc,

@@ -103,10 +103,11 @@ void *malloc_calloc(size_t n, size_t size)
     if (unlikely(!p))
         return NULL;
     /* Blocks beyond the page layer's largest order are fresh mappings from
-     * the OS, already zero: writing them would only fault every page in (as
-     * glibc skips the memset for its mmapped chunks).  The debug layer may
-     * have poisoned or guarded the block, so it is always cleared then. */
-    if (total > (PAGE_SIZE << MAX_ORDER) && !debug_on && !page_desc_of(p) && !boot_owns(p) && huge_size(p))
+     * the OS, already zero, unless the cache of freed ones handed this one
+     * out again: writing them would only fault every page in (as glibc
+     * skips the memset for its mmapped chunks).  The debug layer may have
+     * poisoned or guarded the block, so it is always cleared then. */
+    if (total > (PAGE_SIZE << MAX_ORDER) && !debug_on && !page_desc_of(p) && !boot_owns(p) && huge_zeroed(p))
         return p;
     memset(p, 0, total);
     return p;
@@ -329,10 +330,12 @@ struct mallinfo2 mallinfo2_impl(void)
     for (unsigned o = 0; o <= MAX_ORDER; o++)
         mi.ordblks += ps.free_per_order[o];
     mi.smblks = u.free_objs;
-    mi.hblkhd = ps.huge_bytes;
+    uint64_t huge_cached = large_huge_bytes();   /* freed huge blocks kept for reuse */
+    uint64_t huge_live = ps.huge_bytes > huge_cached ? ps.huge_bytes - huge_cached : 0;
+    mi.hblkhd = huge_live;
     mi.fsmblks = u.free_bytes;
-    mi.uordblks = used + ps.huge_bytes;
-    mi.fordblks = free_pages + u.free_bytes;
+    mi.uordblks = used + huge_live;
+    mi.fordblks = free_pages + u.free_bytes + huge_cached;
     return mi;
 }
 

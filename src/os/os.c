@@ -60,6 +60,18 @@ void *os_reserve_aligned(size_t size, size_t align)
     return (void *)start;
 }
 
+bool os_reserve_at(void *p, size_t size)
+{
+    int saved = errno;
+    void *q = mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    errno = saved;
+    if (q == p)
+        return true;
+    if (q != MAP_FAILED)               /* a kernel older than 4.17 took it as a hint */
+        munmap(q, size);
+    return false;
+}
+
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed)
 {
     int saved = errno;

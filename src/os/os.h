@@ -21,6 +21,10 @@ void os_unmap(void *p, size_t size);
  * committed), to be replaced by os_remap(..., fixed); NULL if refused. */
 void *os_reserve_aligned(size_t size, size_t align);
 
+/* Address space only at exactly [p, p+size) (PROT_NONE, MAP_FIXED_NOREPLACE):
+ * false, nothing mapped, if any of it is taken. */
+bool os_reserve_at(void *p, size_t size);
+
 /* mremap: resizes the mapping [p, p+old_size) to new_size.  fixed == NULL:
  * in place only (fails if the address space after it is taken); otherwise
  * the pages move to fixed (MREMAP_MAYMOVE | MREMAP_FIXED: the kernel moves

@@ -24,6 +24,7 @@ struct huge_hdr {
     size_t map_len;      /* bytes mapped, from the header */
     size_t size;         /* usable bytes of the user block */
     void *user;
+    bool used;           /* handed out before (kmem/large.c's cache): not known to be zero */
 };
 
 uint64_t huge_count, huge_live_bytes;
@@ -45,6 +46,39 @@ static void mark(uintptr_t start, size_t len, uintptr_t value)
         __atomic_store_n(&region_map[a >> REGION_SHIFT], value, __ATOMIC_RELEASE);
 }
 
+/* Slots [start, start+len) that no longer hold any of [keep, keep+keep_len)
+ * (the part of the mapping that stays): cleared.  keep_len 0 clears all. */
+static void unmark_beyond(uintptr_t start, size_t len, uintptr_t keep, size_t keep_len)
+{
+    for (uintptr_t a = start; a < start + len; a += REGION_SIZE)
+        if (!keep_len || a >= ALIGN_UP(keep + keep_len, REGION_SIZE))
+            __atomic_store_n(&region_map[a >> REGION_SHIFT], 0, __ATOMIC_RELEASE);
+}
+
+/* A huge block of usable bytes (0: its header alone) at align. */
+static void *huge_map(size_t usable, size_t align)
+{
+    size_t len = align + usable;
+    size_t map_align = align > REGION_SIZE ? align : REGION_SIZE;
+    char *base = os_map_aligned(len, map_align, false);
+    if (!base)
+        return NULL;
+    if (((uintptr_t)base + len - 1) >> ADDRESS_BITS) {
+        os_unmap(base, len);
+        return NULL;
+    }
+    struct huge_hdr *h = (struct huge_hdr *)base;
+    h->magic = HUGE_MAGIC;
+    h->map_len = len;
+    h->size = usable;
+    h->user = base + align;
+    h->used = false;
+    mark((uintptr_t)base, len, (uintptr_t)base);
+    __atomic_fetch_add(&huge_count, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&huge_live_bytes, usable, __ATOMIC_RELAXED);
+    return h->user;
+}
+
 void *huge_alloc(size_t size, size_t align)
 {
     page_init();
@@ -54,28 +88,10 @@ void *huge_alloc(size_t size, size_t align)
         errno = size == 0 || !IS_POW2(align) ? EINVAL : ENOMEM;
         return NULL;
     }
-    size_t usable = ALIGN_UP(size, PAGE_SIZE);
-    size_t len = align + usable;
-    size_t map_align = align > REGION_SIZE ? align : REGION_SIZE;
-    char *base = os_map_aligned(len, map_align, false);
-    if (!base) {
+    void *p = huge_map(ALIGN_UP(size, PAGE_SIZE), align);
+    if (!p)
         errno = ENOMEM;
-        return NULL;
-    }
-    if (((uintptr_t)base + len - 1) >> ADDRESS_BITS) {
-        os_unmap(base, len);
-        errno = ENOMEM;
-        return NULL;
-    }
-    struct huge_hdr *h = (struct huge_hdr *)base;
-    h->magic = HUGE_MAGIC;
-    h->map_len = len;
-    h->size = usable;
-    h->user = base + align;
-    mark((uintptr_t)base, len, (uintptr_t)base);
-    __atomic_fetch_add(&huge_count, 1, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&huge_live_bytes, usable, __ATOMIC_RELAXED);
-    return h->user;
+    return p;
 }
 
 size_t huge_size(const void *p)
@@ -84,6 +100,81 @@ size_t huge_size(const void *p)
     if (!h || h->magic != HUGE_MAGIC || h->user != p)
         return 0;
     return h->size;
+}
+
+/* The live block starting at p; reports and aborts on anything else. */
+static struct huge_hdr *block_of(const void *p, const char *fn)
+{
+    struct huge_hdr *h = huge_hdr_of(p);
+    if (!h || h->magic != HUGE_MAGIC || h->user != p)
+        sk_fatal("%s: %p is not the start of a live huge block", fn, p);
+    return h;
+}
+
+size_t huge_header_bytes(const void *p)
+{
+    struct huge_hdr *h = block_of(p, "huge_header_bytes");
+    return (size_t)((const char *)p - (const char *)h);
+}
+
+bool huge_move_tail(void *dst, void *src, size_t len)
+{
+    struct huge_hdr *d = block_of(dst, "huge_move_tail"), *s = block_of(src, "huge_move_tail");
+    if (d == s || len == 0 || len % PAGE_SIZE || len > s->size)
+        return false;
+    char *end = (char *)d + d->map_len, *from = (char *)s + s->map_len - len;
+    if (((uintptr_t)end + len - 1) >> ADDRESS_BITS || !os_reserve_at(end, len))
+        return false;
+    /* src's slots beyond its new end are cleared before its pages leave, as
+     * a shrinking huge_resize does; restored if the move fails. */
+    unmark_beyond((uintptr_t)s, s->map_len, (uintptr_t)s, s->map_len - len);
+    if (!os_remap(from, len, len, end)) {
+        mark((uintptr_t)s, s->map_len, (uintptr_t)s);
+        os_unmap(end, len);
+        return false;
+    }
+    s->map_len -= len;
+    s->size -= len;
+    d->map_len += len;
+    d->size += len;
+    mark((uintptr_t)d, d->map_len, (uintptr_t)d);
+    return true;
+}
+
+void *huge_split(void *p, size_t keep)
+{
+    struct huge_hdr *h = block_of(p, "huge_split");
+    keep = ALIGN_UP(keep, PAGE_SIZE);
+    if (keep >= h->size)
+        return NULL;
+    void *q = huge_map(0, (size_t)((char *)p - (char *)h));
+    if (!q)
+        return NULL;
+    if (!huge_move_tail(q, p, h->size - keep)) {
+        huge_free(q);
+        return NULL;
+    }
+    struct huge_hdr *qh = huge_hdr_of(q);
+    qh->used = h->used;
+    return q;
+}
+
+size_t huge_bytes(void)
+{
+    return __atomic_load_n(&huge_live_bytes, __ATOMIC_RELAXED);
+}
+
+bool huge_zeroed(const void *p)
+{
+    struct huge_hdr *h = huge_hdr_of(p);
+    return h && h->magic == HUGE_MAGIC && h->user == p && !h->used;
+}
+
+void huge_mark_used(void *p)
+{
+    struct huge_hdr *h = huge_hdr_of(p);
+    if (h && h->magic == HUGE_MAGIC && h->user == p)
+        h->used = true;
 }
 
 bool huge_owns(const void *p)
@@ -107,15 +198,6 @@ void huge_free(void *p)
     mark((uintptr_t)h, len, 0);
     __atomic_fetch_sub(&huge_live_bytes, size, __ATOMIC_RELAXED);
     os_unmap(h, len);
-}
-
-/* Slots [start, start+len) that no longer hold any of [keep, keep+keep_len)
- * (the part of the mapping that stays): cleared.  keep_len 0 clears all. */
-static void unmark_beyond(uintptr_t start, size_t len, uintptr_t keep, size_t keep_len)
-{
-    for (uintptr_t a = start; a < start + len; a += REGION_SIZE)
-        if (!keep_len || a >= ALIGN_UP(keep + keep_len, REGION_SIZE))
-            __atomic_store_n(&region_map[a >> REGION_SHIFT], 0, __ATOMIC_RELEASE);
 }
 
 SK_COLD SK_NORETURN static void bad_resize(const void *p, const struct huge_hdr *h)

@@ -246,6 +246,21 @@ void *huge_alloc(size_t size, size_t align);
 void huge_free(void *p);
 size_t huge_size(const void *p);
 bool huge_owns(const void *p);     /* p lies inside a live huge mapping */
+/* A huge block is fresh from the OS (all zero) until it is marked used:
+ * when a cache of freed blocks (kmem/large.c) hands it out again. */
+bool huge_zeroed(const void *p);
+void huge_mark_used(void *p);
+size_t huge_bytes(void);           /* usable bytes of every huge block (those kmem/large.c caches too) */
+/* Bytes before p in its mapping: the header page, and any alignment padding. */
+size_t huge_header_bytes(const void *p);
+/* Moves the last len bytes (a page multiple, at most src's size) of huge
+ * block src to the end of huge block dst: the kernel moves page tables
+ * (mremap), nothing is copied and nothing faults in again.  False, both
+ * blocks as they were, when the address space after dst is taken. */
+bool huge_move_tail(void *dst, void *src, size_t len);
+/* Cuts huge block p after keep bytes: its later pages become a new huge
+ * block (returned; moved, not copied), or NULL with p as it was. */
+void *huge_split(void *p, size_t keep);
 /* Resize the huge block at p (its start) to size bytes with mremap: in place
  * when the address space after it is free, else moved (pages, not bytes) to
  * a new aligned range.  The new address, or NULL (block untouched) if the OS

@@ -8,9 +8,13 @@
  * realloc never kept, the 8 MiB bound, the
  * timed return (SLABKIT_RETURN_DELAY_MS=100 here) and the urgent flush, a
  * double free of a cached block reported as one, and four threads allocating
- * and freeing each other's blocks with contents checked. */
+ * and freeing each other's blocks with contents checked.  Huge blocks
+ * (beyond the page layer's 4 MiB): reused with no page faulted in again, the
+ * excess of a larger one cut off and kept, two smaller ones joined by moving
+ * pages, the bound, and the same returns. */
 #include <pthread.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <slabkit/slabkit.h>
 #include "kmem/cache.h"
 #include "../test.h"
@@ -164,6 +168,114 @@ static void test_threads(void)
     CHECK(large_cache_bytes() == 0, "%zu bytes cached after the urgent reap", large_cache_bytes());
 }
 
+/* --- Huge blocks ------------------------------------------------------- */
+
+#define MIB ((size_t)1 << 20)
+
+static long minor_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+
+/* Every page of p holds its own index mixed with tag: pages that moved
+ * between blocks must arrive intact and in order. */
+static void fill_pages(unsigned char *p, size_t size, unsigned tag)
+{
+    for (size_t off = 0; off < size; off += PAGE)
+        *(uint64_t *)(p + off) = (off / PAGE) * 0x100 + tag;
+}
+
+static bool pages_hold(const unsigned char *p, size_t from, size_t size, size_t first_index, unsigned tag)
+{
+    for (size_t off = 0; off < size; off += PAGE)
+        if (*(const uint64_t *)(p + from + off) != (first_index + off / PAGE) * 0x100 + tag)
+            return false;
+    return true;
+}
+
+static void test_huge_reuse(void)
+{
+    cache_reap_all_urgent();
+    unsigned char *p = kmem_alloc(12 * MIB, KM_SLEEP);
+    memset(p, 0x5a, 12 * MIB);
+    kmem_free(p, 12 * MIB);
+    CHECK(large_huge_bytes() >= 12 * MIB, "a freed 12 MiB block is not kept (%zu bytes)", large_huge_bytes());
+    long f0 = minor_faults();
+    unsigned char *q = kmem_alloc(12 * MIB, KM_SLEEP);
+    memset(q, 0x6b, 12 * MIB);
+    long faults = minor_faults() - f0;
+    CHECK(q == p, "the same size got %p, not the cached block %p", (void *)q, (void *)p);
+    CHECK(faults < 64, "reusing a 12 MiB block faulted %ld pages in again", faults);
+    CHECK(large_huge_bytes() == 0, "%zu bytes still cached", large_huge_bytes());
+    kmem_free(q, 12 * MIB);
+}
+
+static void test_huge_cut(void)
+{
+    cache_reap_all_urgent();
+    unsigned char *p = kmem_alloc(24 * MIB, KM_SLEEP);
+    fill_pages(p, 24 * MIB, 7);
+    kmem_free(p, 24 * MIB);
+    long f0 = minor_faults();
+    unsigned char *q = kmem_alloc(6 * MIB, KM_SLEEP);
+    CHECK(q == p, "6 MiB got %p, not the cached 24 MiB block %p", (void *)q, (void *)p);
+    CHECK(cache_ksize(q) < 7 * MIB, "the 24 MiB block was not cut: %zu bytes usable", cache_ksize(q));
+    CHECK(pages_hold(q, 0, 6 * MIB, 0, 7), "the first 6 MiB changed");
+    CHECK(large_huge_bytes() >= 17 * MIB, "the 18 MiB cut off is not kept (%zu bytes)", large_huge_bytes());
+    unsigned char *r = kmem_alloc(18 * MIB, KM_SLEEP);   /* the part cut off, pages and all */
+    CHECK(pages_hold(r, 0, 18 * MIB, 6 * MIB / PAGE, 7), "the part cut off lost or moved its pages");
+    long faults = minor_faults() - f0;
+    CHECK(faults < 64, "cutting and reusing faulted %ld pages in", faults);
+    kmem_free(q, 6 * MIB);
+    kmem_free(r, 18 * MIB);
+}
+
+static void test_huge_join(void)
+{
+    cache_reap_all_urgent();
+    unsigned char *a = kmem_alloc(9 * MIB, KM_SLEEP), *b = kmem_alloc(8 * MIB, KM_SLEEP);
+    fill_pages(a, 9 * MIB, 1);
+    fill_pages(b, 8 * MIB, 2);
+    kmem_free(a, 9 * MIB);
+    kmem_free(b, 8 * MIB);
+    long f0 = minor_faults();
+    unsigned char *c = kmem_alloc(16 * MIB, KM_SLEEP);
+    long faults = minor_faults() - f0;
+    CHECK(c == a, "16 MiB got %p, not the larger cached block %p grown", (void *)c, (void *)a);
+    CHECK(faults < 64, "joining two cached blocks faulted %ld pages in", faults);
+    CHECK(pages_hold(c, 0, 9 * MIB, 0, 1), "the first block's pages changed");
+    /* the second block's last 7 MiB moved after the first, in order */
+    CHECK(pages_hold(c, 9 * MIB, 7 * MIB, MIB / PAGE, 2), "the moved pages are not the second block's tail");
+    CHECK(large_huge_bytes() <= 2 * MIB, "%zu bytes left cached (the second block's head)", large_huge_bytes());
+    kmem_free(c, 16 * MIB);
+    cache_reap_all_urgent();
+    CHECK(large_huge_bytes() == 0, "an urgent reap left %zu huge bytes cached", large_huge_bytes());
+}
+
+/* At most half the huge bytes in use, and at least 32 MiB. */
+static void test_huge_bound(void)
+{
+    cache_reap_all_urgent();
+    enum { N = 10 };
+    void *p[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = kmem_alloc(20 * MIB, KM_SLEEP);
+        memset(p[i], i, PAGE);
+    }
+    for (int i = 0; i < N; i++)
+        kmem_free(p[i], 20 * MIB);
+    size_t cached = large_huge_bytes();
+    CHECK(cached <= 100 * MIB, "%zu MiB of 200 MiB of freed huge blocks kept (bound: half the huge bytes)",
+          cached / MIB);
+    CHECK(cached >= 20 * MIB, "only %zu MiB of 200 MiB freed kept", cached / MIB);
+    struct timespec ts = { 0, 250 * 1000 * 1000 };   /* > 2 x the 100 ms delay */
+    nanosleep(&ts, NULL);
+    kmem_reap();
+    CHECK(large_huge_bytes() == 0, "%zu bytes of huge blocks cached 250 ms after their free", large_huge_bytes());
+}
+
 int main(void)
 {
     setenv("SLABKIT_RETURN_DELAY_MS", "100", 1);   /* read at start-up, below */
@@ -175,5 +287,9 @@ int main(void)
     test_timed_return();
     test_double_free();
     test_threads();
+    test_huge_reuse();
+    test_huge_cut();
+    test_huge_join();
+    test_huge_bound();
     return test_done();
 }
