@@ -324,6 +324,8 @@ static void buddy_stats(struct slabkit_page_stats *s)
     lock_release(&zone.lock);
 }
 
+static uint64_t buddy_free_pages(void) { return __atomic_load_n(&zone.nr_free, __ATOMIC_RELAXED); }
+
 static void buddy_lock_all(void) { lock_acquire(&zone.lock); }
 static void buddy_unlock_all(void) { lock_release(&zone.lock); }
 static void buddy_reset_locks(void) { lock_reset(&zone.lock); }
@@ -339,6 +341,7 @@ const struct page_backend buddy_backend = {
     .free_batch = buddy_free_batch,
     .purge = buddy_purge,
     .stats = buddy_stats,
+    .free_pages = buddy_free_pages,
     .lock_all = buddy_lock_all,
     .unlock_all = buddy_unlock_all,
     .reset_locks = buddy_reset_locks,

@@ -109,6 +109,8 @@ struct page_backend {
      * snapshot / for return_delay_ms.  Returns pages purged now. */
     size_t (*purge)(bool all, uint64_t now);
     void (*stats)(struct slabkit_page_stats *s);
+    /* Free frames in the back end, read without its locks (a gauge). */
+    uint64_t (*free_pages)(void);
     void (*lock_all)(void);
     void (*unlock_all)(void);
     void (*reset_locks)(void);

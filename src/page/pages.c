@@ -478,6 +478,18 @@ SK_API void slabkit_page_stats(struct slabkit_page_stats *out)
     out->huge_bytes = __atomic_load_n(&huge_live_bytes, __ATOMIC_RELAXED);
 }
 
+SK_API uint64_t slabkit_pages_in_use(void)
+{
+    page_init();
+    uint64_t lazy = 0;
+    lock_acquire(&thread_list_lock);
+    for (struct sk_thread *t = thread_list; t; t = t->next)
+        lazy += __atomic_load_n(&t->pcp_count, __ATOMIC_RELAXED);
+    lock_release(&thread_list_lock);
+    uint64_t held = __atomic_load_n(&region_pages_held, __ATOMIC_RELAXED), idle = page_be->free_pages() + lazy;
+    return held > idle ? held - idle : 0;    /* racy reads: never below zero */
+}
+
 void page_stats_print(int fd)
 {
     struct slabkit_page_stats s;
