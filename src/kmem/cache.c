@@ -379,7 +379,7 @@ SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags)
     cache_reap_all_urgent();
     void *p = sk_design.alloc(cp, KM_NOSLEEP);
     if (!p)
-        sk_fatal("kmem_cache_alloc(%s): out of memory (the OS refused more pages)", cp->name);
+        sk_fatal("kmem_cache_alloc(%s): out of memory (%s)", cp->name, page_refusal());
     return p;
 }
 
@@ -619,7 +619,7 @@ SK_NOINLINE static void *kmem_alloc_slow(size_t size, int flags)
         cache_reap_all_urgent();
         p = cache_kmalloc(size, 0, KM_NOSLEEP);
         if (!p)
-            sk_fatal("kmem_alloc(%zu): out of memory (the OS refused more pages)", size);
+            sk_fatal("kmem_alloc(%zu): out of memory (%s)", size, page_refusal());
     }
     return p;
 }

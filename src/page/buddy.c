@@ -133,12 +133,15 @@ static unsigned free_pieces(struct page_desc *base, uint32_t from, uint32_t to, 
 /* Zone lock held on entry and on return; false if the OS refused. */
 static bool grow(void)
 {
+    if (region_zone_full())
+        return false;
     lock_release(&zone.lock);
     struct region_hdr *r = region_create(0);
+    uint32_t end = r ? region_grant(r) : 0;
     lock_acquire(&zone.lock);
-    if (!r)
+    if (!r || end == r->r.first_page)
         return false;
-    free_pieces(region_descs(r), r->r.first_page, REGION_PAGES, PD_PURGED, page_clock_ms);   /* never touched: nothing to return */
+    free_pieces(region_descs(r), r->r.first_page, end, PD_PURGED, page_clock_ms);   /* never touched: nothing to return */
     return true;
 }
 

@@ -460,15 +460,18 @@ static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
  * handed out (free frames are known by their bits, not their descriptors). */
 static bool grow(unsigned si)
 {
-    struct region_hdr *r = region_create(si);
-    if (!r)
+    if (region_zone_full())
         return false;
+    struct region_hdr *r = region_create(si);
+    uint32_t end = r ? region_grant(r) : 0;
+    if (!r || end == r->r.first_page)
+        return false;                    /* (a zone's last frames went to a racing grow: r stays unused) */
     uint32_t first = r->r.first_page;
     struct ib_space *s = &spaces[si];
     lock_acquire(&s->lock);
     r->freed_min = REGION_WORDS;         /* low[] = 0 (fresh memory): valid bounds */
     r->seq = s->regions ? s->regions->seq + 1 : 0;
-    bits_set(s, r, first, REGION_PAGES - first);
+    bits_set(s, r, first, end - first);
     for (uint32_t w = 0; w < REGION_WORDS; w++)
         r->map[w].purged = r->map[w].free;   /* never touched: nothing to return */
     r->space_next = s->regions;

@@ -232,6 +232,10 @@ void *huge_resize(void *p, size_t size);
  * SLABKIT_RETURN); returns bytes released. */
 size_t page_reap(void);
 
+/* Why a page allocation failed, for a report: "the OS refused more pages",
+ * or that the bounded zone (SLABKIT_ZONE_PAGES) is full. */
+const char *page_refusal(void);
+
 /* Object layers register a reclaim callback run when the page layer runs
  * short (before it reports failure): returns bytes it freed. */
 void page_set_reclaim_hook(size_t (*hook)(void));
