@@ -8,6 +8,7 @@ operations, and the iBuddy counted its free blocks per order by splitting
 every max-order block recursively.  The workload must do no more work on the
 iBuddy (the documented default) than on the buddy, by callgrind's
 instruction counts."""
+import json
 import os
 import re
 import shutil
@@ -57,3 +58,29 @@ def test_pagebench_touches_pages(build, pages):
     assert hwm[0] < 8 << 10, f"untouched: peak RSS {hwm[0]} KiB"
     for mode in (1, 2):
         assert hwm[mode] >= hwm[0] + (15 << 10), f"touch mode {mode}: peak RSS {hwm[mode]} KiB (untouched {hwm[0]})"
+
+
+def fileio_child(exe, design, pages, zone):
+    env = dict(clean_env(), SLABKIT_DESIGN=design, SLABKIT_PAGES=pages)
+    if zone:
+        env["SLABKIT_ZONE_PAGES"] = str(zone)
+    out = subprocess.run([exe, "--child", "fileio", "1", "--scale", "0.25"], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("pages", ["buddy", "ibuddy"])
+def test_zone_shows_fragmentation(build, pages):
+    """designbench's fileio (with its multi-page requests: network buffers,
+    stacks, page tables) sees no fragmentation event in the unbounded page
+    layer, whose regions always have contiguous room; in a bounded zone that
+    the page cache fills, SLOB's pages (every size mixed in a page) make
+    multi-page requests fail although enough frames are free."""
+    exe = os.path.join(build, "bench", "designbench")
+    if not os.path.exists(exe):
+        pytest.skip(f"{exe} is not built")
+    free = fileio_child(exe, "slob", pages, 0)
+    zone = fileio_child(exe, "slob", pages, 16384)
+    assert free["ok"] == 1 and zone["ok"] == 1 and zone["zone_pages"] == 16384
+    assert free["frag_events"] == 0 and free["dropped"] == 0, free
+    assert zone["frag_events"] >= 100 and zone["dropped"] > 0, zone
