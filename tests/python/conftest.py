@@ -2,6 +2,8 @@
 SLABKIT_BUILD, default build) and the slabkit command line; tools/ goes on
 sys.path so tests can import the Python packages directly."""
 import os
+import re
+import subprocess
 import sys
 
 import pytest
@@ -51,6 +53,16 @@ def clean_env():
         if k.startswith("SLABKIT_"):
             del env[k]
     return env
+
+
+def callgrind_instructions(cmd, env):
+    """Instructions cmd executes under callgrind (exact, not a timing)."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + cmd,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = re.search(r"refs:\s*([\d,]+)", out.stderr)
+    assert m, out.stderr[-2000:]
+    return int(m.group(1).replace(",", ""))
 
 
 # --- The real programs of bench/real_programs.py (test_real_programs.py,

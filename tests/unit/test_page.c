@@ -229,17 +229,27 @@ static void test_ibuddy_frames(void)
           (unsigned long long)c.splits, (unsigned long long)d.splits);
 }
 
-/* Free every other page of a fully used back end: plenty free, no pair. */
-static void test_fragmentation_event(void)
+/* Every free frame of the layer taken as a single page (after a reap: none
+ * left on the lazy list); their number in *n, the statistics before in *s. */
+static char **take_all_free(uint64_t *n, struct slabkit_page_stats *s)
 {
     page_reap();
-    struct slabkit_page_stats s = stats();
-    uint64_t n = s.pages_free + s.pages_lazy;
-    char **pages = malloc(n * sizeof *pages);
-    for (uint64_t i = 0; i < n; i++) {
+    *s = stats();
+    *n = s->pages_free + s->pages_lazy;
+    char **pages = malloc(*n * sizeof *pages);
+    for (uint64_t i = 0; i < *n; i++) {
         pages[i] = kmem_pages_alloc(0, KM_NOSLEEP);
         REQUIRE(pages[i] != NULL);
     }
+    return pages;
+}
+
+/* Free every other page of a fully used back end: plenty free, no pair. */
+static void test_fragmentation_event(void)
+{
+    struct slabkit_page_stats s;
+    uint64_t n;
+    char **pages = take_all_free(&n, &s);
     struct slabkit_page_stats t = stats();
     CHECK(t.pages_held == s.pages_held, "taking the free pages should not grow");
     CHECK(t.pages_free == 0, "%llu pages still free in the back end", (unsigned long long)t.pages_free);
@@ -297,14 +307,9 @@ static void count_maximal(const uint8_t *is_free, size_t idx, unsigned order,
 
 static void test_free_per_order(void)
 {
-    page_reap();
-    struct slabkit_page_stats s = stats();
-    uint64_t n = s.pages_free + s.pages_lazy;
-    char **pages = malloc(n * sizeof *pages);
-    for (uint64_t i = 0; i < n; i++) {
-        pages[i] = kmem_pages_alloc(0, KM_NOSLEEP);
-        REQUIRE(pages[i] != NULL);
-    }
+    struct slabkit_page_stats s;
+    uint64_t n;
+    char **pages = take_all_free(&n, &s);
     REQUIRE(stats().pages_free == 0, "free pages left after taking them all");
     /* Per region, which frames were freed. */
     enum { NREG = 16 };
