@@ -19,6 +19,7 @@
 #include <slabkit/slabkit.h>
 #include "kmem/cache.h"
 #include "../kmem_test.h"
+#include "../bonwick.h"
 
 size_t slab_hash_info(struct kmem_cache *cp, size_t *rescales);
 
@@ -591,107 +592,6 @@ static void test_urgent_reap_returns(void)
     free(objs);
 }
 
-/* Bonwick's object (1994, section 2): a mutex, a condition variable, a list
- * pointer, a reference count and a 200-byte body, 64-byte aligned. */
-struct bonwick_obj {
-    pthread_mutex_t lock;
-    pthread_cond_t cv;
-    struct bonwick_obj *next;
-    long refcnt;
-    char body[200];
-};
-
-static void bonwick_ctor(void *p, size_t n)
-{
-    struct bonwick_obj *o = p;
-    pthread_mutex_init(&o->lock, NULL);
-    pthread_cond_init(&o->cv, NULL);
-    o->next = NULL;
-    o->refcnt = 0;
-    atomic_fetch_add(&n_ctor, 1);
-}
-
-static void bonwick_dtor(void *p, size_t n)
-{
-    struct bonwick_obj *o = p;
-    if (o->refcnt != 0 || o->next != NULL)
-        atomic_fetch_add(&n_dtor, 1000000);      /* not in its constructed state: fails every count */
-    pthread_cond_destroy(&o->cv);
-    pthread_mutex_destroy(&o->lock);
-    atomic_fetch_add(&n_dtor, 1);
-}
-
-/* Allocates n of them and uses each (taken and released: constructed state). */
-static void bonwick_alloc(kmem_cache_t *cp, int n, void **objs)
-{
-    for (int i = 0; i < n; i++) {
-        struct bonwick_obj *o = objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
-        pthread_mutex_lock(&o->lock);
-        o->refcnt++;
-        memset(o->body, i, sizeof o->body);
-        o->refcnt--;
-        pthread_mutex_unlock(&o->lock);
-    }
-}
-
-static void free_all(kmem_cache_t *cp, int n, void **objs)
-{
-    for (int i = 0; i < n; i++)
-        kmem_cache_free(cp, objs[i]);
-}
-
-/* Waits (up to 3 s) until the constructed cache `name` keeps no more than its
- * thread's two magazines, calling `poke` between naps; seconds waited. */
-static double until_released(const char *name, void (*poke)(void))
-{
-    double t0 = now_s(), waited = 0;
-    for (;;) {
-        struct slabkit_cache_stats st = stats_of(name);
-        if (st.cached_objs <= 2 * st.batchcount || waited > 3.0)
-            return waited;
-        struct timespec ts = { 0, 20 * 1000 * 1000 };
-        nanosleep(&ts, NULL);
-        poke();
-        waited = now_s() - t0;
-    }
-}
-
-static kmem_cache_t *busy_cache;
-
-/* Another cache's slow paths: what drives the timed working-set walk. */
-static void poke_busy(void)
-{
-    enum { B = 500 };
-    void *b[B];
-    for (int i = 0; i < B; i++)
-        b[i] = kmem_cache_alloc(busy_cache, KM_SLEEP);
-    for (int i = 0; i < B; i++)
-        kmem_cache_free(busy_cache, b[i]);
-}
-
-static void poke_reap(void) { kmem_reap(); }
-
-/* After a release: every slab destroyed was destructed buffer by buffer, the
- * page layer got its pages, only the thread's two magazines stay. */
-static void check_released(const char *name, const char *how, double waited, uint64_t slabs0, uint64_t free0,
-                           long dtor0)
-{
-    struct slabkit_cache_stats st = stats_of(name);
-    printf("constructed: %lu -> %lu slabs, %s, after %.2f s\n", (unsigned long)slabs0, (unsigned long)st.num_slabs,
-           how, waited);
-    uint64_t hostage = (2 * st.batchcount + st.objs_per_slab - 1) / st.objs_per_slab + 1;
-    CHECK(st.cached_objs <= 2 * st.batchcount && st.num_slabs <= hostage + 1,
-          "%s: still %lu cached objects in %lu slabs after %.1f s unused", how, (unsigned long)st.cached_objs,
-          (unsigned long)st.num_slabs, waited);
-    long destroyed = atomic_load(&n_dtor) - dtor0;
-    CHECK(destroyed == (long)((slabs0 - st.num_slabs) * st.objs_per_slab),
-          "%s: dtor ran %ld times for %lu destroyed slabs of %lu", how, destroyed,
-          (unsigned long)(slabs0 - st.num_slabs), (unsigned long)st.objs_per_slab);
-    CHECK(page_free_now() >= free0 + (slabs0 - st.num_slabs) * st.pages_per_slab,
-          "%s: page-layer free pages %lu -> %lu, %lu slabs of %lu pages went", how, (unsigned long)free0,
-          (unsigned long)page_free_now(), (unsigned long)(slabs0 - st.num_slabs), (unsigned long)st.pages_per_slab);
-}
-
 /* A cache with a constructor keeps its constructed objects (issue 15):
  * 20,000 of Bonwick's objects (6 MiB, past the depots' 4 MiB budget and the
  * 128 KiB free-slab cap) allocated, all freed and all allocated again
@@ -704,60 +604,58 @@ static void check_released(const char *name, const char *how, double waited, uin
 static void test_constructed_kept(void)
 {
     cache_reap_all_urgent();
-    atomic_store(&n_ctor, 0);
-    atomic_store(&n_dtor, 0);
-    kmem_cache_t *cp = kmem_cache_create("slab_bonwick", sizeof(struct bonwick_obj), 64, bonwick_ctor, bonwick_dtor);
-    busy_cache = kmem_cache_create("slab_bonwick_busy", 64, 0, NULL, NULL);
+    kmem_cache_t *cp = bonwick_cache("slab_bonwick");
     enum { N = 20000, NB = 8000 };
     void **objs = calloc(N, sizeof *objs), **other = calloc(NB, sizeof *other);
     bonwick_alloc(cp, N, objs);
-    long built = atomic_load(&n_ctor);
+    long built = atomic_load(&bonwick_built);
     struct slabkit_cache_stats st = stats_of("slab_bonwick");
     CHECK(built == (long)st.num_objs && built >= N, "constructed %ld for %lu buffers in slabs", built,
           (unsigned long)st.num_objs);
     for (int cycle = 0; cycle < 3; cycle++) {
-        free_all(cp, N, objs);
+        bonwick_free(cp, N, objs);
         bonwick_alloc(cp, N, objs);
     }
-    CHECK(atomic_load(&n_ctor) == built, "allocate-free-allocate constructed %ld objects again",
-          atomic_load(&n_ctor) - built);
-    CHECK(atomic_load(&n_dtor) == 0, "destructed %ld objects while they were in use", atomic_load(&n_dtor));
-    free_all(cp, N, objs);
+    CHECK(atomic_load(&bonwick_built) == built, "allocate-free-allocate constructed %ld objects again",
+          atomic_load(&bonwick_built) - built);
+    CHECK(atomic_load(&bonwick_destroyed) == 0, "destructed %ld objects while they were in use",
+          atomic_load(&bonwick_destroyed));
+    bonwick_free(cp, N, objs);
     double last_use = now_s();
     kmem_reap();
-    double dt = now_s() - last_use;
-    if (dt < 0.09)
-        CHECK(atomic_load(&n_dtor) == 0, "kmem_reap destructed %ld objects of the working set",
-              atomic_load(&n_dtor));
+    if (now_s() - last_use < 0.09)
+        CHECK(atomic_load(&bonwick_destroyed) == 0, "kmem_reap destructed %ld objects of the working set",
+              atomic_load(&bonwick_destroyed));
     st = stats_of("slab_bonwick");
     CHECK(st.cached_objs + 2 * st.batchcount >= N, "after the last free the cache keeps %lu of %d objects",
           (unsigned long)st.cached_objs, N);
 
     kmem_cache_t *beside = cache_mass_freed("slab_bonwick_beside", NB, other);
     check_cached_at_least("slab_bonwick_beside", 3u << 19, NB, "the constructed objects count against the budget");
-    CHECK(atomic_load(&n_dtor) == 0 || now_s() - last_use >= 0.09,
-          "another cache's growth destructed %ld objects", atomic_load(&n_dtor));
+    CHECK(atomic_load(&bonwick_destroyed) == 0 || now_s() - last_use >= 0.09,
+          "another cache's growth destructed %ld objects", atomic_load(&bonwick_destroyed));
     kmem_cache_destroy(beside);
 
-    /* Unused from now on: the timed walk gives them back. */
-    poke_busy();                   /* the busy cache's own slabs, before counting free pages */
-    uint64_t slabs0 = stats_of("slab_bonwick").num_slabs, free0 = page_free_now();
-    double waited = until_released("slab_bonwick", poke_busy);
-    check_released("slab_bonwick", "by the timed working-set reap", waited, slabs0, free0, 0);
+    /* Unused from now on: the timed walk gives them back.  The thread's two
+     * magazines stay, and the slabs their rounds pin, plus the reserve. */
+    uint64_t kept = ((2 * st.batchcount + st.objs_per_slab - 1) / st.objs_per_slab + 2) * st.objs_per_slab;
+    bonwick_poke_busy();           /* the busy cache's own slabs, before counting free pages */
+    uint64_t slabs0 = stats_of("slab_bonwick").num_slabs, free0 = bonwick_free_pages();
+    double waited = bonwick_until_released("slab_bonwick", kept, bonwick_poke_busy);
+    bonwick_check_released("slab_bonwick", "by the timed working-set reap", waited, slabs0, free0, 0, kept);
 
     /* Again (constructed anew), given back by kmem_reap once unused. */
     bonwick_alloc(cp, N, objs);
-    free_all(cp, N, objs);
-    long dtor0 = atomic_load(&n_dtor);
+    bonwick_free(cp, N, objs);
+    long destroyed0 = atomic_load(&bonwick_destroyed);
     slabs0 = stats_of("slab_bonwick").num_slabs;
-    free0 = page_free_now();
-    waited = until_released("slab_bonwick", poke_reap);
-    check_released("slab_bonwick", "by kmem_reap", waited, slabs0, free0, dtor0);
+    free0 = bonwick_free_pages();
+    waited = bonwick_until_released("slab_bonwick", kept, bonwick_poke_reap);
+    bonwick_check_released("slab_bonwick", "by kmem_reap", waited, slabs0, free0, destroyed0, kept);
 
     kmem_cache_destroy(cp);
-    kmem_cache_destroy(busy_cache);
-    CHECK(atomic_load(&n_dtor) == atomic_load(&n_ctor), "destroy: dtor %ld of ctor %ld", atomic_load(&n_dtor),
-          atomic_load(&n_ctor));
+    CHECK(atomic_load(&bonwick_destroyed) == atomic_load(&bonwick_built), "destroy: dtor %ld of ctor %ld",
+          atomic_load(&bonwick_destroyed), atomic_load(&bonwick_built));
     free(objs);
     free(other);
 }
