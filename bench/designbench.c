@@ -20,7 +20,14 @@
  *          opening it (file 256 B, short-lived), a transient path name, and
  *          dirtying four 4 KiB page buffers (kmem_alloc) with a buffer_head
  *          (104 B) each, kept on a per-thread dirty list written back in FIFO
- *          order (medium lifetime).
+ *          order (medium lifetime); beside them the multi-page requests a
+ *          kernel makes straight from the page layer: network buffers of
+ *          orders 1-3, and tasks forking and exiting (an order-2 stack, an
+ *          order-1 PGD, order-0 page tables).
+ *  zone    fileio in a bounded page layer (SLABKIT_ZONE_PAGES, --zone; 64 MiB
+ *          by default) that the page cache fills, kept to it by a kswapd-like
+ *          reclaim evicting random cached pages: the fragmentation events
+ *          (and the multi-page requests that failed) of the paper's Table 3.
  *  memory  sysbench memory-like transfer: each thread allocates a few 4–64 KiB
  *          buffers and copies through them; one buffer in 32 copies is
  *          replaced (allocation-light).
@@ -31,7 +38,9 @@
  * cache is still populated, as a kernel keeps its dcache).  Internal
  * fragmentation = 1 - live requested bytes / held bytes at the peak sample.
  * Fragmentation events and times cover the run phase; events also count the
- * set-up and clean-up, as the paper counted all three sysbench stages. */
+ * set-up and clean-up, as the paper counted all three sysbench stages.  The
+ * unbounded layer grows by 64 MiB regions and so always has contiguous room:
+ * events show only in the zone runs. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -52,11 +61,13 @@
 static const char *const DESIGNS[] = { "slab", "slub", "slob", "slqb" };
 static const char *const PAGES[] = { "buddy", "ibuddy" };
 static const int THREADS[] = { 1, 2, 4 };
-static const char *const WORKLOADS[] = { "fileio", "memory" };
+/* "zone": fileio again, in a bounded page layer (SLABKIT_ZONE_PAGES, --zone). */
+static const char *const WORKLOADS[] = { "fileio", "memory", "zone" };
 #define ND 4
 #define NP 2
 #define NT 3
-#define NW 2
+#define NW 3
+#define W_ZONE 2
 
 static double now(void) { return bench_now_ns() * 1e-9; }
 
@@ -105,10 +116,13 @@ static uint64_t pages_in_use(struct slabkit_page_stats *s)
     return s->pages_held - s->pages_free - s->pages_lazy;
 }
 
+/* Inside the timed run: slabkit_pages_in_use reads counters, where
+ * slabkit_page_stats would also count the free blocks per order (a pass over
+ * the iBuddy's bitmaps: sampled every 32 operations it made fileio on the
+ * iBuddy 2-4x slower than on the buddy). */
 static void sample(void)
 {
-    struct slabkit_page_stats s;
-    uint64_t p = pages_in_use(&s);
+    uint64_t p = slabkit_pages_in_use();
     int64_t l = live_total();
     pthread_mutex_lock(&peak_lock);
     if (p > peak_pages) {
@@ -147,6 +161,8 @@ static void check_stamp(const void *p, size_t n, uint64_t tag)
 #define WRITE_PAGES 4        /* 16 KiB per write */
 
 static kmem_cache_t *inode_cache, *dentry_cache, *file_cache, *bh_cache;
+static void *obj_get(kmem_cache_t *cp);
+static void *mem_get(size_t size);
 
 struct icache_entry {
     uint32_t id;
@@ -187,9 +203,9 @@ static void prep_entry(struct icache_entry *e, uint32_t id)
 {
     e->id = id;
     e->namelen = 16 + id % 49;
-    e->inode = kmem_cache_alloc(inode_cache, KM_SLEEP);
-    e->dentry = kmem_cache_alloc(dentry_cache, KM_SLEEP);
-    e->name = kmem_alloc(e->namelen, KM_SLEEP);
+    e->inode = obj_get(inode_cache);
+    e->dentry = obj_get(dentry_cache);
+    e->name = mem_get(e->namelen);
     stamp(e->inode, INODE_SIZE, id * 3ull + 1);
     stamp(e->dentry, DENTRY_SIZE, id * 3ull + 2);
     stamp(e->name, e->namelen, id * 3ull + 3);
@@ -224,6 +240,75 @@ static void lookup(uint32_t id)
 
 struct dirty { char *page; void *bh; uint64_t tag; };
 
+/* The multi-page requests a kernel makes beside its slab objects (straight
+ * from the page layer, as alloc_pages): network buffers of orders 1-3 (8-32
+ * KiB skb data: jumbo frames, GRO) queued on a socket for a while, and
+ * tasks, each with a kernel stack (order 2: THREAD_SIZE on x86-64) and page
+ * tables (an order-1 PGD as with page-table isolation, three order-0
+ * tables), one task exiting and another forking every TASK_PERIOD
+ * operations.  They are atomic-context requests (KM_NOSLEEP): one that fails
+ * drops the packet or the fork (counted: in a bounded zone, the cost of
+ * fragmentation). */
+#define NETQ        16       /* buffers queued per thread */
+#define TASKS       16       /* live tasks per thread */
+#define TASK_PERIOD 8
+#define TASK_TABLES 3
+
+struct netbuf { char *data; unsigned order; uint64_t tag; };
+struct task { char *stack, *pgd, *table[TASK_TABLES]; uint64_t tag; };
+
+static struct { long v; char pad[56]; } dropped[MAX_THREADS];    /* requests that failed */
+
+static void *pages_get(int t, unsigned order, uint64_t tag)
+{
+    char *p = kmem_pages_alloc(order, KM_NOSLEEP);
+    if (!p) {
+        dropped[t].v++;
+        return NULL;
+    }
+    stamp(p, (size_t)4096 << order, tag);
+    live_add(t, (int64_t)4096 << order);
+    return p;
+}
+
+static void pages_put(int t, void *p, unsigned order, uint64_t tag)
+{
+    if (!p)
+        return;
+    check_stamp(p, (size_t)4096 << order, tag);
+    kmem_pages_free(p, order);
+    live_add(t, -((int64_t)4096 << order));
+}
+
+static void task_exit(int t, struct task *k)
+{
+    pages_put(t, k->stack, 2, k->tag);
+    pages_put(t, k->pgd, 1, k->tag + 1);
+    for (int i = 0; i < TASK_TABLES; i++)
+        pages_put(t, k->table[i], 0, k->tag + 2 + (uint64_t)i);
+    memset(k, 0, sizeof *k);
+}
+
+/* fork: all or nothing, as copy_process unwinds a partial task. */
+static void task_fork(int t, struct task *k, uint64_t tag)
+{
+    k->tag = tag;
+    k->stack = pages_get(t, 2, tag);
+    k->pgd = k->stack ? pages_get(t, 1, tag + 1) : NULL;
+    for (int i = 0; i < TASK_TABLES; i++)
+        k->table[i] = k->pgd ? pages_get(t, 0, tag + 2 + (uint64_t)i) : NULL;
+    if (!k->stack || !k->pgd || !k->table[TASK_TABLES - 1])
+        task_exit(t, k);
+}
+
+static long dropped_total(void)
+{
+    long n = 0;
+    for (int i = 0; i < MAX_THREADS; i++)
+        n += __atomic_load_n(&dropped[i].v, __ATOMIC_RELAXED);
+    return n;
+}
+
 static void writeback(int t, struct dirty *d)
 {
     check_stamp(d->page, 4096, d->tag);
@@ -231,6 +316,124 @@ static void writeback(int t, struct dirty *d)
     kmem_free(d->page, 4096);
     kmem_cache_free(bh_cache, d->bh);
     live_add(t, -(4096 + BH_SIZE));
+}
+
+/* In a bounded zone (SLABKIT_ZONE_PAGES) the page cache is what fills a
+ * kernel's memory: a page written (in the prepare stage or the run) stays
+ * cached, and reclaim (kswapd's part) evicts cached pages at random -- in no
+ * order of address -- up to SWAP_CLUSTER_MAX at a time whenever the free
+ * frames fall below the zone's low watermark, until they reach the high one
+ * (Linux: min_free_kbytes = sqrt(16 x the zone's KiB), low 5/4 and high 3/2
+ * of it).  Free memory then stays a few per cent of the zone, scattered, and
+ * the multi-page requests look for contiguous frames in it.  Unbounded, a
+ * page is freed when written back and the prepare stage drops the cache. */
+#define SWAP_CLUSTER_MAX 32
+static unsigned long long zone_pages_env(void);
+static struct dirty *pcache;       /* zone: the cached pages */
+static long pcache_n;
+static uint64_t zone_low, zone_high;
+static pthread_mutex_t pcache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void pcache_init(void)
+{
+    unsigned long long zone = zone_pages_env();
+    if (!zone)
+        return;
+    pcache = calloc(zone, sizeof *pcache);
+    double min_pages = sqrt(16.0 * (double)zone * 4) / 4;
+    zone_low = (uint64_t)(min_pages * 5 / 4);
+    zone_high = (uint64_t)(min_pages * 3 / 2);
+}
+
+static uint64_t zone_free(void)
+{
+    uint64_t zone = zone_pages_env(), used = slabkit_pages_in_use();
+    return zone > used ? zone - used : 0;
+}
+
+/* Up to SWAP_CLUSTER_MAX random cached pages evicted while the zone's free
+ * frames are below `target`.  pcache_lock held.  Any thread evicts any page:
+ * the live count goes to the shared slot (atomic), the sum stays right. */
+static void reclaim(uint64_t target)
+{
+    static uint64_t r = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < SWAP_CLUSTER_MAX && pcache_n > 0 && zone_free() < target; i++) {
+        long k = (long)(bench_rnd(&r) % (uint64_t)pcache_n);
+        struct dirty *d = &pcache[k];
+        check_stamp(d->page, 4096, d->tag);
+        check_stamp(d->bh, BH_SIZE, d->tag);
+        kmem_free(d->page, 4096);
+        kmem_cache_free(bh_cache, d->bh);
+        __atomic_fetch_sub(&shared_live.v, 4096 + BH_SIZE, __ATOMIC_RELAXED);
+        *d = pcache[--pcache_n];
+    }
+}
+
+/* A page written: freed, or (zone) cached, reclaiming if free frames are low. */
+static void written(int t, struct dirty *d)
+{
+    if (!pcache) {
+        writeback(t, d);
+        return;
+    }
+    pthread_mutex_lock(&pcache_lock);
+    pcache[pcache_n++] = *d;
+    if (zone_free() < zone_low)
+        reclaim(zone_high);
+    pthread_mutex_unlock(&pcache_lock);
+}
+
+/* The zone run cannot go on: even with the page cache gone, a request the
+ * workload cannot do without finds no frames (the design holds them, or
+ * they are not contiguous).  The run ends with what it counted so far and
+ * "oom": 1, as a kernel's OOM killer would end it. */
+static uint64_t frag_base;         /* fragmentation events before set-up */
+static int run_threads;
+static void zone_oom(void)
+{
+    struct slabkit_page_stats s;
+    slabkit_page_stats(&s);
+    printf("{\"design\": \"%s\", \"pages\": \"%s\", \"workload\": \"fileio\", \"threads\": %d, \"missing\": 0, "
+           "\"oom\": 1, \"frag_events\": %llu, \"dropped\": %ld, \"zone_pages\": %llu, \"ok\": 1}\n",
+           slabkit_design(), slabkit_page_allocator(), run_threads,
+           (unsigned long long)(s.frag_events - frag_base), dropped_total(), zone_pages_env());
+    fflush(stdout);
+    _exit(0);
+}
+
+/* An allocation the workload cannot do without (GFP_KERNEL): KM_SLEEP.  In a
+ * zone the page cache may hold every frame, or leave only scattered single
+ * ones when a slab needs a multi-page block: the caller then reclaims
+ * (evicts cached pages, asks the caches to give back) and tries again, as
+ * the kernel's direct reclaim does -- down to the last cached page if need
+ * be -- before KM_SLEEP has the last word. */
+static void *get(kmem_cache_t *cp, size_t size)
+{
+    for (int tries = 0; pcache && (tries < 16 || pcache_n > 0); tries++) {
+        void *p = cp ? kmem_cache_alloc(cp, KM_NOSLEEP) : kmem_alloc(size, KM_NOSLEEP);
+        if (p)
+            return p;
+        pthread_mutex_lock(&pcache_lock);
+        reclaim(UINT64_MAX);
+        pthread_mutex_unlock(&pcache_lock);
+        if (tries % 4 == 3)
+            kmem_reap();                /* the evicted pages may sit in the caches' per-thread layers */
+    }
+    if (pcache)
+        zone_oom();
+    return cp ? kmem_cache_alloc(cp, KM_SLEEP) : kmem_alloc(size, KM_SLEEP);
+}
+
+static void *obj_get(kmem_cache_t *cp) { return get(cp, 0); }
+
+static void *mem_get(size_t size) { return get(NULL, size); }
+
+static void pcache_drop(void)
+{
+    while (pcache_n > 0)
+        writeback(0, &pcache[--pcache_n]);
+    free(pcache);
+    pcache = NULL;
 }
 
 static long fileio_ops(void) { return (long)(24000 * scale); }
@@ -241,33 +444,47 @@ static void *fileio_thread(void *arg)
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
     static __thread struct dirty ring[DIRTY_MAX];
     static __thread char src[4 * 4096];
+    static __thread struct netbuf netq[NETQ];
+    static __thread struct task tasks[TASKS];
     memset(src, 'a' + t, sizeof src);
     int head = 0, count = 0;
     long ops = fileio_ops() / nthreads;
+    for (int i = 0; i < TASKS; i++)
+        task_fork(t, &tasks[i], rng + (uint64_t)i * 8);
     pthread_barrier_wait(&start_barrier);
     for (long op = 0; op < ops; op++) {
         uint64_t r = bench_rnd(&rng);
+        struct netbuf *nb = &netq[op % NETQ];              /* the request arrives over the network */
+        pages_put(t, nb->data, nb->order, nb->tag);
+        nb->order = 1 + (unsigned)(r >> 40) % 3;
+        nb->tag = r + 7;
+        nb->data = pages_get(t, nb->order, nb->tag);
+        if (op % TASK_PERIOD == 0) {                       /* a task exits, another forks */
+            struct task *k = &tasks[(op / TASK_PERIOD) % TASKS];
+            task_exit(t, k);
+            task_fork(t, k, r * 8 + 64);
+        }
         uint32_t id = r % 4 ? (uint32_t)(r >> 8) % HOT_FILES : (uint32_t)(r >> 8) % ALL_FILES;
         size_t plen = 16 + (r >> 32) % 49;                 /* getname: the path, transient */
-        char *path = kmem_alloc(plen, KM_SLEEP);
+        char *path = mem_get(plen);
         stamp(path, plen, r);
         live_add(t, (int64_t)plen);
         lookup(id);
-        void *f = kmem_cache_alloc(file_cache, KM_SLEEP);  /* open */
+        void *f = obj_get(file_cache);                    /* open */
         stamp(f, FILE_SIZE, r + 1);
         live_add(t, FILE_SIZE);
-        char *wbuf = kmem_alloc(WRITE_PAGES * 4096, KM_SLEEP);   /* the user data, copied in */
+        char *wbuf = mem_get(WRITE_PAGES * 4096);         /* the user data, copied in */
         memcpy(wbuf, src, WRITE_PAGES * 4096);
         live_add(t, WRITE_PAGES * 4096);
         for (int k = 0; k < WRITE_PAGES; k++) {            /* write 16 KiB: dirty four pages */
             if (count == DIRTY_MAX) {
-                writeback(t, &ring[head]);
+                written(t, &ring[head]);
                 head = (head + 1) % DIRTY_MAX;
                 count--;
             }
             struct dirty *d = &ring[(head + count++) % DIRTY_MAX];
-            d->page = kmem_alloc(4096, KM_SLEEP);
-            d->bh = kmem_cache_alloc(bh_cache, KM_SLEEP);
+            d->page = mem_get(4096);
+            d->bh = obj_get(bh_cache);
             d->tag = r + 2 + (uint64_t)k;
             memcpy(d->page, wbuf + k * 4096, 4096);
             stamp(d->page, 4096, d->tag);
@@ -286,10 +503,16 @@ static void *fileio_thread(void *arg)
     }
     sample();
     while (count) {                                        /* sync */
-        writeback(t, &ring[head]);
+        written(t, &ring[head]);
         head = (head + 1) % DIRTY_MAX;
         count--;
     }
+    for (int i = 0; i < NETQ; i++) {
+        pages_put(t, netq[i].data, netq[i].order, netq[i].tag);
+        netq[i].data = NULL;
+    }
+    for (int i = 0; i < TASKS; i++)
+        task_exit(t, &tasks[i]);
     pthread_barrier_wait(&end_barrier);
     return NULL;
 }
@@ -299,7 +522,8 @@ static void *fileio_thread(void *arg)
  * walk that instantiates inode, dentry and name for every cold file; then the
  * caches are dropped in random order, and one cold entry in ten stays pinned
  * (open elsewhere) until clean-up, scattered over the memory.  This is what
- * brings the page layer near its limit, where fragmentation can show. */
+ * brings the page layer near its limit, where fragmentation can show.  In a
+ * bounded zone the page cache stays, kept to the zone by reclaim (written). */
 #define PREP_PAGES 12000
 static struct icache_entry prep[ALL_FILES];
 static struct dirty prep_pc[PREP_PAGES];
@@ -312,13 +536,15 @@ static void fileio_prepare(void)
     int ent = 0;
     for (long i = 0; i < pages; i++) {
         struct dirty *d = &prep_pc[i];
-        d->page = kmem_alloc(4096, KM_SLEEP);
-        d->bh = kmem_cache_alloc(bh_cache, KM_SLEEP);
+        d->page = mem_get(4096);
+        d->bh = obj_get(bh_cache);
         d->tag = i * 7 + 5;
         memset(d->page, (int)i, 4096);
         stamp(d->page, 4096, d->tag);
         stamp(d->bh, BH_SIZE, d->tag);
         live_add(0, 4096 + BH_SIZE);
+        if (pcache)
+            written(0, d);                            /* stays cached; reclaim keeps it to the zone */
         while (ent < ALL_FILES && (long)ent * pages < (long)ALL_FILES * (i + 1))
             prep_entry(&prep[ent], (uint32_t)(ALL_FILES + ent)), ent++;
         if ((i & 255) == 0)
@@ -329,7 +555,7 @@ static void fileio_prepare(void)
         long j = (long)(bench_rnd(&rng) % (uint64_t)(i + 1));
         struct dirty t = prep_pc[i]; prep_pc[i] = prep_pc[j]; prep_pc[j] = t;
     }
-    for (long i = 0; i < pages; i++)
+    for (long i = 0; i < pages && !pcache; i++)
         writeback(0, &prep_pc[i]);
     for (int i = 0; i < ent; i++) {
         if (bench_rnd(&rng) % 10 == 0)
@@ -349,11 +575,13 @@ static void fileio_setup(void)
     bh_cache = kmem_cache_create("bench_buffer_head", BH_SIZE, 8, NULL, NULL);
     for (int i = 0; i < STRIPES; i++)
         pthread_mutex_init(&stripes[i].lock, NULL);
+    pcache_init();
     fileio_prepare();
 }
 
 static void fileio_cleanup(void)
 {
+    pcache_drop();
     for (int i = 0; i < ALL_FILES; i++)
         if (prep[i].inode)
             entry_free(&prep[i]);
@@ -426,6 +654,13 @@ static void *memory_thread(void *arg)
 
 /* --- child driver ------------------------------------------------------------ */
 
+/* The bounded zone this child runs in (0: unbounded). */
+static unsigned long long zone_pages_env(void)
+{
+    const char *v = getenv("SLABKIT_ZONE_PAGES");
+    return v ? strtoull(v, NULL, 10) : 0;
+}
+
 static int child(const char *workload, int threads, const char *want_design)
 {
     const char *design = slabkit_design();
@@ -442,9 +677,10 @@ static int child(const char *workload, int threads, const char *want_design)
         fprintf(stderr, "designbench: unknown workload %s (valid: fileio, memory)\n", workload);
         return 2;
     }
-    nthreads = threads;
+    nthreads = run_threads = threads;
     struct slabkit_page_stats s0, s1, s2;
     slabkit_page_stats(&s0);
+    frag_base = s0.frag_events;
     if (fileio)
         fileio_setup();
     pthread_barrier_init(&start_barrier, NULL, (unsigned)threads + 1);
@@ -471,11 +707,12 @@ static int child(const char *workload, int threads, const char *want_design)
     printf("{\"design\": \"%s\", \"pages\": \"%s\", \"workload\": \"%s\", \"threads\": %d, \"missing\": 0, "
            "\"wall_s\": %.6f, \"cpu_s\": %.6f, \"peak_kib\": %llu, \"end_kib\": %llu, "
            "\"frag_events\": %llu, \"frag_events_run\": %llu, \"int_frag\": %.4f, \"end_int_frag\": %.4f, "
-           "\"hwm_kib\": %ld, \"ok\": %d}\n",
+           "\"hwm_kib\": %ld, \"dropped\": %ld, \"zone_pages\": %llu, \"oom\": 0, \"ok\": %d}\n",
            design, slabkit_page_allocator(), workload, threads,
            t1 - t0, c1 - c0, (unsigned long long)peak_pages * 4, (unsigned long long)end_pages * 4,
            (unsigned long long)(s2.frag_events - s0.frag_events),
-           (unsigned long long)(s1.frag_events - s0.frag_events), int_frag, end_frag, bench_peak_rss_kib(), !corrupt);
+           (unsigned long long)(s1.frag_events - s0.frag_events), int_frag, end_frag, bench_peak_rss_kib(), dropped_total(),
+           zone_pages_env(), !corrupt);
     return corrupt ? 3 : 0;
 }
 
@@ -483,15 +720,23 @@ static int child(const char *workload, int threads, const char *want_design)
  * Parent: run the matrix, tabulate, rank.
  * ====================================================================== */
 
-enum { M_WALL, M_CPU, M_PEAK, M_END, M_FRAG, M_INTFRAG, M_ENDFRAG, M_HWM, NM };
+enum { M_WALL, M_CPU, M_PEAK, M_END, M_FRAG, M_INTFRAG, M_ENDFRAG, M_HWM, M_DROP, M_OOM, NM };
 static const char *const METRIC_KEY[NM] = { "wall_s", "cpu_s", "peak_kib", "end_kib", "frag_events",
-                                            "int_frag", "end_int_frag", "hwm_kib" };
+                                            "int_frag", "end_int_frag", "hwm_kib", "dropped", "oom" };
 static const char *const METRIC_TITLE[NM] = {
     "execution time (wall, ms)", "CPU time (ms)", "memory held, peak (KiB of pages handed out)",
     "memory held at the end (KiB)", "fragmentation events (page layer)",
     "internal fragmentation at peak (% of held memory not in live objects)",
-    "internal fragmentation at the end (% of held memory not in live objects)", "peak RSS (VmHWM, MiB)" };
-static const double METRIC_SCALE[NM] = { 1000, 1000, 1, 1, 1, 100, 100, 1.0 / 1024 };
+    "internal fragmentation at the end (% of held memory not in live objects)", "peak RSS (VmHWM, MiB)",
+    "multi-page requests that failed (packets dropped, forks refused)",
+    "runs ended out of memory (no frames even with the page cache reclaimed; counts up to then)" };
+static const double METRIC_SCALE[NM] = { 1000, 1000, 1, 1, 1, 100, 100, 1.0 / 1024, 1, 1 };
+/* The zone the "zone" runs get: fileio's prepare stage peaks at about 57 MiB
+ * of pages handed out, so 64 MiB leaves room for every design's slabs, yet
+ * the dropped page cache's pinned survivors and the tasks' stacks scatter
+ * over all of it (--zone to change it). */
+#define ZONE_DEFAULT 16384
+static unsigned long long zone_pages = ZONE_DEFAULT;
 
 #define MAXREP 9
 static double res[NW][ND][NP][NT][MAXREP][NM];
@@ -507,9 +752,10 @@ static double json_num(const char *line, const char *key)
     return p ? strtod(p + strlen(pat), NULL) : NAN;
 }
 
-/* Runs one child; returns its JSON line in out (empty on failure). */
-static int run_child(const char *design, const char *pages, const char *workload, int threads,
-                     bool quiet, char *out, size_t cap)
+/* Runs one child in a zone of `zone` frames (0: unbounded); returns its exit
+ * status and its JSON line in out (empty on failure). */
+static int run_child_in(const char *design, const char *pages, const char *workload, unsigned long long zone,
+                        int threads, bool quiet, char *out, size_t cap)
 {
     int fds[2];
     if (pipe(fds) != 0)
@@ -531,6 +777,12 @@ static int run_child(const char *design, const char *pages, const char *workload
         setenv("SLABKIT_DESIGN", design, 1);
         setenv("SLABKIT_PAGES", pages, 1);
         unsetenv("SLABKIT_STATS");
+        unsetenv("SLABKIT_ZONE_PAGES");
+        if (zone) {
+            char zbuf[32];
+            snprintf(zbuf, sizeof zbuf, "%llu", zone);
+            setenv("SLABKIT_ZONE_PAGES", zbuf, 1);
+        }
         execl(self_exe, "designbench", "--child", workload, tbuf, "--scale", sbuf, "--design", design,
               (char *)NULL);
         _exit(127);
@@ -545,6 +797,14 @@ static int run_child(const char *design, const char *pages, const char *workload
     int st;
     waitpid(pid, &st, 0);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* One measurement: a "zone" run is fileio in the bounded zone. */
+static int run_child(const char *design, const char *pages, const char *workload, int threads,
+                     bool quiet, char *out, size_t cap)
+{
+    bool zone = strcmp(workload, "zone") == 0;
+    return run_child_in(design, pages, zone ? "fileio" : workload, zone ? zone_pages : 0, threads, quiet, out, cap);
 }
 
 /* Median and half the range, over the repetitions. */
@@ -563,9 +823,24 @@ static double median(int w, int d, int p, int t, int m, double *spread)
     return st.median;
 }
 
+/* Which tables are printed: memory has nothing live at the end; only the
+ * zone runs can drop requests; of the zone runs, what the zone changes. */
+static bool shown(int w, int m)
+{
+    if (w == W_ZONE)
+        return zone_pages && (m == M_FRAG || m == M_DROP || m == M_OOM);
+    if (m == M_DROP || m == M_OOM)
+        return false;
+    return w == 0 || (m != M_END && m != M_ENDFRAG);
+}
+
 static void print_table(int w, int m)
 {
-    printf("\n%s — %s (median ± half-range)\n", WORKLOADS[w], METRIC_TITLE[m]);
+    int frac = m == M_INTFRAG || m == M_ENDFRAG || m == M_HWM;   /* decimals */
+    char zone[64] = "";
+    if (w == W_ZONE)
+        snprintf(zone, sizeof zone, " (fileio in a zone of %llu frames)", zone_pages);
+    printf("\n%s%s — %s (median ± half-range)\n", WORKLOADS[w], zone, METRIC_TITLE[m]);
     printf("%-6s", "design");
     for (int p = 0; p < NP; p++)
         for (int t = 0; t < NT; t++) {
@@ -585,8 +860,7 @@ static void print_table(int w, int m)
                 if (isnan(md))
                     snprintf(cell, sizeof cell, "-");
                 else
-                    snprintf(cell, sizeof cell, "%.*f ±%.*f", m >= M_INTFRAG ? 1 : 0,
-                             md * METRIC_SCALE[m], m >= M_INTFRAG ? 1 : 0, sp * METRIC_SCALE[m]);
+                    snprintf(cell, sizeof cell, "%.*f ±%.*f", frac, md * METRIC_SCALE[m], frac, sp * METRIC_SCALE[m]);
                 printf(" %19s", cell);
             }
         printf("\n");
@@ -600,7 +874,7 @@ static void print_table(int w, int m)
  * for event counts, 1 event per run) share a rank. */
 struct criterion { const char *title; int w, m; };
 static const struct criterion CRIT[] = {
-    { "Time (I/O)", 0, M_WALL }, { "Memory (I/O)", 0, M_END }, { "Frag. (I/O)", 0, M_FRAG },
+    { "Time (I/O)", 0, M_WALL }, { "Memory (I/O)", 0, M_END }, { "Frag. (I/O)", W_ZONE, M_FRAG },
     { "Unused (I/O)", 0, M_ENDFRAG }, { "Time (transf.)", 1, M_WALL }, { "Memory (transf.)", 1, M_PEAK },
 };
 #define NC (sizeof CRIT / sizeof CRIT[0])
@@ -693,15 +967,15 @@ static void print_ranking(void)
         printf("\n");
     }
     printf("(scores: geometric mean of the median relative to the best design per page allocator and thread\n"
-           " count; fragmentation events: mean count per run.  Memory (I/O) is held at the end of the run, as\n"
-           " the paper's Figure 8; Memory (transf.) the peak; Unused (I/O) the share of memory held at the end\n"
-           " that holds no live object)\n");
+           " count; fragmentation events: mean count per run of fileio in the zone.  Memory (I/O) is held at\n"
+           " the end of the run, as the paper's Figure 8; Memory (transf.) the peak; Unused (I/O) the share\n"
+           " of memory held at the end that holds no live object)\n");
     printf("Paper (Linux 2.6.39, sysbench):  SLAB 2 3 1 - 2 3 | SLOB 1 1 4 - 1 1 | SLUB 3 2 2 - 3 2 | SLQB 4 4 3 - 4 4\n");
 }
 
 static void print_json(void)
 {
-    printf("{\"benchmark\": \"designbench\", \"scale\": %g, \"results\": [", scale);
+    printf("{\"benchmark\": \"designbench\", \"scale\": %g, \"zone_pages\": %llu, \"results\": [", scale, zone_pages);
     bool first = true;
     for (int w = 0; w < NW; w++)
         for (int d = 0; d < ND; d++)
@@ -715,7 +989,10 @@ static void print_json(void)
                     first = false;
                     for (int m = 0; m < NM; m++) {
                         double sp, md = median(w, d, p, t, m, &sp);
-                        printf(", \"%s\": %.6g, \"%s_spread\": %.6g", METRIC_KEY[m], md, METRIC_KEY[m], sp);
+                        if (isnan(md))         /* not measured (a zone run that ran out of memory) */
+                            printf(", \"%s\": null", METRIC_KEY[m]);
+                        else
+                            printf(", \"%s\": %.6g, \"%s_spread\": %.6g", METRIC_KEY[m], md, METRIC_KEY[m], sp);
                     }
                     printf("}");
                 }
@@ -742,14 +1019,17 @@ static void print_json(void)
 
 static void usage(void)
 {
-    printf("usage: designbench [--full] [--json] [--repeats N] [--scale X]\n"
+    printf("usage: designbench [--full] [--json] [--repeats N] [--scale X] [--zone FRAMES]\n"
            "  Runs the fileio-like and memory-like workloads on every built design (slab, slub, slob,\n"
            "  slqb) x page allocator (buddy, ibuddy) x 1, 2, 4 threads, each in its own process,\n"
-           "  interleaved; prints median tables and the paper's ranking (Table 3).\n"
+           "  interleaved, and fileio again in a bounded page layer (SLABKIT_ZONE_PAGES) for the\n"
+           "  fragmentation events; prints median tables and the paper's ranking (Table 3).\n"
            "  --full     5 repetitions and twice the work (default: 3 repetitions)\n"
            "  --json     machine-readable results instead of the tables\n"
            "  --repeats  repetitions per measurement (1..%d)\n"
-           "  --scale    work multiplier (default 1)\n", MAXREP);
+           "  --scale    work multiplier (default 1)\n"
+           "  --zone     frames of 4 KiB in the zone runs' page layer (default %d; 0: no zone runs)\n",
+           MAXREP, ZONE_DEFAULT);
 }
 
 int main(int argc, char **argv)
@@ -766,6 +1046,14 @@ int main(int argc, char **argv)
             scale = atof(argv[++i]);
         } else if (!strcmp(argv[i], "--design") && i + 1 < argc) {
             want_design = argv[++i];
+        } else if (!strcmp(argv[i], "--zone") && i + 1 < argc) {
+            char *end;
+            zone_pages = strtoull(argv[++i], &end, 10);
+            if (*end || (zone_pages && zone_pages < 1024)) {
+                fprintf(stderr, "designbench: --zone %s: give a number of 4 KiB frames, 1024 or more (0: no zone runs)\n",
+                        argv[i]);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) {
             repeats = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--full")) {
@@ -818,7 +1106,7 @@ int main(int argc, char **argv)
                 for (int p = 0; p < NP; p++)
                     for (int k = 0; k < ND; k++) {
                         int d = (k + r) % ND;          /* rotate the order between repetitions */
-                        if (missing[d])
+                        if (missing[d] || (w == W_ZONE && !zone_pages))
                             continue;
                         int rc = run_child(DESIGNS[d], PAGES[p], WORKLOADS[w], THREADS[t], false, line, sizeof line);
                         if (rc != 0 || json_num(line, "ok") != 1) {
@@ -837,7 +1125,7 @@ int main(int argc, char **argv)
     } else {
         for (int w = 0; w < NW; w++)
             for (int m = 0; m < NM; m++)
-                if (w == 0 || (m != M_END && m != M_ENDFRAG))   /* memory: nothing is live at the end */
+                if (shown(w, m))
                     print_table(w, m);
         print_ranking();
         printf("\ndesignbench: %.1f s in all\n", now() - t_start);

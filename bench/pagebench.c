@@ -11,10 +11,13 @@
  * ns per operation (an alloc or a free: the measuring threads' CPU time over
  * their operations, so a busy shared machine disturbs it less; with 2 threads
  * each runs the workload, sharing the back end) with the spread, and the
- * ratio buddy/ibuddy beside the goals.  Pages are not touched: this measures the allocators, not the
- * page faults.  Timings are printed, never asserted.
+ * ratio buddy/ibuddy beside the goals.  Each workload runs twice: with every
+ * page written once after it is allocated (one store per page, as every user
+ * of a page writes it: the goals are on these runs; --fill writes whole
+ * pages instead), and untouched (the allocators alone).  Timings are printed,
+ * never asserted.
  *
- * Usage: pagebench [--json] [--full] [--reps N] */
+ * Usage: pagebench [--json] [--full] [--reps N] [--fill] */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,6 +36,24 @@ static const char *const wl_names[WL_COUNT] = { "hot", "burst", "mixed" };
 static const double wl_goal[WL_COUNT] = { 1.0, 1.5, 0.9 };
 
 static int full;
+enum { TOUCH_NONE, TOUCH_STORE, TOUCH_FILL };
+static int touch_mode;             /* child: what is written to each page after it is allocated */
+
+/* A user's first write to each page of a block just allocated: one store
+ * (makes it resident, brings a line and a TLB entry), or with --fill the
+ * whole page (the user's own work then dominates: equal for both). */
+static inline void touch(void *p, unsigned order)
+{
+    if (touch_mode == TOUCH_NONE)
+        return;
+    for (size_t i = 0; i < ((size_t)1 << order); i++) {
+        char *page = (char *)p + (i << PAGE_SHIFT);
+        if (touch_mode == TOUCH_FILL)
+            memset(page, (int)i, PAGE_SIZE);
+        else
+            *(volatile char *)page = (char)i;
+    }
+}
 
 /* Timed by each thread's CPU time (bench_thread_cpu_ns): on a shared machine
  * wall time measures the neighbours. */
@@ -44,6 +65,7 @@ static uint64_t run_hot(uint64_t n)
     for (uint64_t i = 0; i < n; i++) {
         void *p = kmem_pages_alloc(0, KM_NOSLEEP);
         __asm__ volatile("" : : "r"(p) : "memory");
+        touch(p, 0);
         kmem_pages_free(p, 0);
     }
     return 2 * n;
@@ -62,8 +84,10 @@ static uint64_t run_burst(uint64_t rounds, uint64_t seed)
         perm[j] = t;
     }
     for (uint64_t r = 0; r < rounds; r++) {
-        for (unsigned i = 0; i < BURST; i++)
+        for (unsigned i = 0; i < BURST; i++) {
             v[i] = kmem_pages_alloc(0, KM_NOSLEEP);
+            touch(v[i], 0);
+        }
         for (unsigned i = 0; i < BURST; i++)
             kmem_pages_free(v[perm[i]], 0);
     }
@@ -86,12 +110,14 @@ static uint64_t run_mixed(uint64_t steps, uint64_t seed)
     for (unsigned i = 0; i < WINDOW; i++) {
         ord[i] = plan[i];
         v[i] = kmem_pages_alloc(ord[i], KM_NOSLEEP);
+        touch(v[i], ord[i]);
     }
     for (uint64_t s = 0; s < steps; s++) {
         unsigned k = s & 0xffff, i = slot[k];
         kmem_pages_free(v[i], ord[i]);
         ord[i] = plan[k ^ 0x5555];
         v[i] = kmem_pages_alloc(ord[i], KM_NOSLEEP);
+        touch(v[i], ord[i]);
         ops += 2;
     }
     for (unsigned i = 0; i < WINDOW; i++)
@@ -132,7 +158,22 @@ static void *child_thread(void *a)
     return NULL;
 }
 
-/* In the child: run the workload on `threads` threads, print ns/op. */
+/* Peak resident memory of this process (VmHWM), KiB: the pages written. */
+static long hwm_kib(void)
+{
+    char buf[4096];
+    FILE *f = fopen("/proc/self/status", "r");
+    long v = -1;
+    while (f && fgets(buf, sizeof buf, f))
+        if (sscanf(buf, "VmHWM: %ld", &v) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* In the child: run the workload on `threads` threads, print ns/op, the
+ * back end's splits and merges, and the peak RSS. */
 static int child_main(int wl, int threads)
 {
     pthread_t th[8];
@@ -152,14 +193,16 @@ static int child_main(int wl, int threads)
     }
     struct slabkit_page_stats s;
     slabkit_page_stats(&s);
-    printf("%.3f %llu %llu\n", cpu / (double)ops,
-           (unsigned long long)s.splits, (unsigned long long)s.merges);
+    printf("%.3f %llu %llu %ld\n", cpu / (double)ops,
+           (unsigned long long)s.splits, (unsigned long long)s.merges, hwm_kib());
     return 0;
 }
 
 /* ---- the parent: interleaved runs in children ---- */
 
-static double run_child(const char *self, const char *pages, int wl, int threads)
+static int fill;                   /* parent: touched runs write whole pages */
+
+static double run_child(const char *self, const char *pages, int wl, int threads, int touched)
 {
     int fds[2];
     if (pipe(fds) != 0)
@@ -169,10 +212,11 @@ static double run_child(const char *self, const char *pages, int wl, int threads
         close(fds[0]);
         dup2(fds[1], 1);
         setenv("SLABKIT_PAGES", pages, 1);
-        char a1[16], a2[16];
+        char a1[16], a2[16], a3[16];
         snprintf(a1, sizeof a1, "%d", wl);
         snprintf(a2, sizeof a2, "%d", threads);
-        execl(self, self, "--child", a1, a2, full ? "--full" : NULL, (char *)NULL);
+        snprintf(a3, sizeof a3, "%d", !touched ? TOUCH_NONE : fill ? TOUCH_FILL : TOUCH_STORE);
+        execl(self, self, "--child", a1, a2, a3, full ? "--full" : NULL, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -190,20 +234,92 @@ static double run_child(const char *self, const char *pages, int wl, int threads
     return v;
 }
 
+static double median(const double *v, int n) { return bench_stat(v, n).median; }
+static double vmin(const double *v, int n) { return bench_stat(v, n).min; }
+static double vmax(const double *v, int n) { return bench_stat(v, n).max; }
+
+enum { TOUCHED, UNTOUCHED, MODES };
+static const char *const mode_names[MODES] = { "touched", "untouched" };
+static const int thread_counts[2] = { 1, 2 };
+static const char *const pages[2] = { "buddy", "ibuddy" };
+static double res[WL_COUNT][2][MODES][2][64];   /* [workload][threads][mode][allocator][rep] */
+
+static void print_json(int reps)
+{
+    printf("{\"benchmark\": \"pagebench\", \"reps\": %d, \"unit\": \"ns/op\", \"touch\": \"%s\", \"results\": [",
+           reps, fill ? "fill" : "store");
+    const char *sep = "";
+    for (int wl = 0; wl < WL_COUNT; wl++)
+        for (int t = 0; t < 2; t++)
+            for (int m = 0; m < MODES; m++) {
+                double b = median(res[wl][t][m][0], reps), ib = median(res[wl][t][m][1], reps);
+                printf("%s\n  {\"workload\": \"%s\", \"threads\": %d, \"touched\": %s, ", sep, wl_names[wl],
+                       thread_counts[t], m == TOUCHED ? "true" : "false");
+                sep = ",";
+                for (int a = 0; a < 2; a++) {
+                    double *v = res[wl][t][m][a];
+                    printf("\"%s\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f, \"runs\": [", pages[a],
+                           median(v, reps), vmin(v, reps), vmax(v, reps));
+                    for (int r = 0; r < reps; r++)
+                        printf("%s%.3f", r ? ", " : "", v[r]);
+                    printf("]}, ");
+                }
+                printf("\"ratio_buddy_over_ibuddy\": %.3f, \"goal\": %.2f, \"goal_met\": %s}",
+                       b / ib, wl_goal[wl], b / ib >= wl_goal[wl] ? "true" : "false");
+            }
+    printf("\n]}\n");
+}
+
+/* "12.34 [11.00-13.00]" for one allocator's runs. */
+static void cell(char *out, size_t n, double *v, int reps)
+{
+    snprintf(out, n, "%6.2f [%.2f-%.2f]", median(v, reps), vmin(v, reps), vmax(v, reps));
+}
+
+static void print_table(int reps)
+{
+    printf("pagebench: ns per operation (alloc or free), median of %d interleaved runs [min-max];\n"
+           "touched: %s after it is allocated (the goals); untouched: the allocators alone\n",
+           reps, fill ? "each page filled (4 KiB written)" : "one store to each page");
+    printf("%-6s %3s | %-21s %-21s %6s %-26s | %-21s %-21s %6s\n", "work", "thr", "touched: lazy buddy",
+           "lazy iBuddy", "b/ib", "goal", "untouched: lazy buddy", "lazy iBuddy", "b/ib");
+    for (int wl = 0; wl < WL_COUNT; wl++)
+        for (int t = 0; t < 2; t++) {
+            char c[MODES][2][48], verdict[48];
+            double ratio[MODES];
+            for (int m = 0; m < MODES; m++) {
+                for (int a = 0; a < 2; a++)
+                    cell(c[m][a], sizeof c[m][a], res[wl][t][m][a], reps);
+                ratio[m] = median(res[wl][t][m][0], reps) / median(res[wl][t][m][1], reps);
+            }
+            /* Below the goal but with overlapping [min-max] ranges: noise. */
+            double *b = res[wl][t][TOUCHED][0], *ib = res[wl][t][TOUCHED][1];
+            bool overlap = vmin(b, reps) <= vmax(ib, reps) && vmin(ib, reps) <= vmax(b, reps);
+            snprintf(verdict, sizeof verdict, ">=%.1fx %s", wl_goal[wl],
+                     ratio[TOUCHED] >= wl_goal[wl] ? "met" : overlap ? "not met (noise)" : "NOT met");
+            printf("%-6s %3d | %-21s %-21s %5.2fx %-26s | %-21s %-21s %5.2fx\n", wl_names[wl], thread_counts[t],
+                   c[TOUCHED][0], c[TOUCHED][1], ratio[TOUCHED], verdict, c[UNTOUCHED][0], c[UNTOUCHED][1],
+                   ratio[UNTOUCHED]);
+        }
+}
+
 int main(int argc, char **argv)
 {
     int json = 0, reps = 5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--full") == 0) full = 1;
     }
-    if (argc >= 4 && strcmp(argv[1], "--child") == 0)
+    if (argc >= 5 && strcmp(argv[1], "--child") == 0) {
+        touch_mode = atoi(argv[4]);
         return child_main(atoi(argv[2]), atoi(argv[3]));
+    }
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) json = 1;
         else if (strcmp(argv[i], "--full") == 0) reps = 11;
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--fill") == 0) fill = 1;
         else {
-            fprintf(stderr, "usage: pagebench [--json] [--full] [--reps N]\n");
+            fprintf(stderr, "usage: pagebench [--json] [--full] [--reps N] [--fill]\n");
             return 2;
         }
     }
@@ -217,55 +333,23 @@ int main(int argc, char **argv)
     }
     self[n] = '\0';
 
-    static const int thread_counts[2] = { 1, 2 };
-    static const char *const pages[2] = { "buddy", "ibuddy" };
-    double res[WL_COUNT][2][2][64];       /* [workload][threads][allocator][rep] */
     for (int r = 0; r < reps; r++)
         for (int wl = 0; wl < WL_COUNT; wl++)
             for (int t = 0; t < 2; t++)
-                for (int k = 0; k < 2; k++) {
-                    int a = (r + wl + t + k) & 1;     /* alternate which goes first */
-                    double v = run_child(self, pages[a], wl, thread_counts[t]);
-                    if (v < 0) {
-                        fprintf(stderr, "pagebench: a %s run failed\n", pages[a]);
-                        return 1;
+                for (int m = 0; m < MODES; m++)
+                    for (int k = 0; k < 2; k++) {
+                        int a = (r + wl + t + m + k) & 1;     /* alternate which goes first */
+                        double v = run_child(self, pages[a], wl, thread_counts[t], m == TOUCHED);
+                        if (v < 0) {
+                            fprintf(stderr, "pagebench: a %s run (%s %s) failed\n", pages[a], wl_names[wl],
+                                    mode_names[m]);
+                            return 1;
+                        }
+                        res[wl][t][m][a][r] = v;
                     }
-                    res[wl][t][a][r] = v;
-                }
-
-    if (json) {
-        printf("{\"benchmark\": \"pagebench\", \"reps\": %d, \"unit\": \"ns/op\", \"results\": [", reps);
-        for (int wl = 0; wl < WL_COUNT; wl++)
-            for (int t = 0; t < 2; t++) {
-                struct bench_stat st[2] = { bench_stat(res[wl][t][0], reps), bench_stat(res[wl][t][1], reps) };
-                double b = st[0].median, ib = st[1].median;
-                printf("%s\n  {\"workload\": \"%s\", \"threads\": %d, ", wl || t ? "," : "", wl_names[wl], thread_counts[t]);
-                for (int a = 0; a < 2; a++) {
-                    printf("\"%s\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f, \"runs\": [", pages[a],
-                           st[a].median, st[a].min, st[a].max);
-                    for (int r = 0; r < reps; r++)
-                        printf("%s%.3f", r ? ", " : "", res[wl][t][a][r]);
-                    printf("]}, ");
-                }
-                printf("\"ratio_buddy_over_ibuddy\": %.3f, \"goal\": %.2f, \"goal_met\": %s}",
-                       b / ib, wl_goal[wl], b / ib >= wl_goal[wl] ? "true" : "false");
-            }
-        printf("\n]}\n");
-        return 0;
-    }
-    printf("pagebench: ns per operation (alloc or free), median of %d interleaved runs [min-max]\n", reps);
-    printf("%-7s %3s  %-24s %-24s %8s %7s\n", "work", "thr", "lazy buddy", "lazy iBuddy", "b/ib", "goal");
-    for (int wl = 0; wl < WL_COUNT; wl++)
-        for (int t = 0; t < 2; t++) {
-            struct bench_stat sb = bench_stat(res[wl][t][0], reps), si = bench_stat(res[wl][t][1], reps);
-            double b = sb.median, ib = si.median;
-            char cb[64], ci[64];
-            snprintf(cb, sizeof cb, "%7.2f [%.2f-%.2f]", b, sb.min, sb.max);
-            snprintf(ci, sizeof ci, "%7.2f [%.2f-%.2f]", ib, si.min, si.max);
-            /* Below the goal but with overlapping [min-max] ranges: noise. */
-            bool overlap = sb.min <= si.max && si.min <= sb.max;
-            printf("%-7s %3d  %-24s %-24s %7.2fx %s%.1fx %s\n", wl_names[wl], thread_counts[t], cb, ci, b / ib,
-                   ">=", wl_goal[wl], b / ib >= wl_goal[wl] ? "met" : overlap ? "not met (within noise)" : "NOT met");
-        }
+    if (json)
+        print_json(reps);
+    else
+        print_table(reps);
     return 0;
 }

@@ -33,6 +33,11 @@ struct slabkit_page_stats {
     uint64_t huge_allocs, huge_bytes;  /* allocations served by the OS directly, live bytes */
 };
 void slabkit_page_stats(struct slabkit_page_stats *out);
+/* Pages the page layer has handed out now (pages_held - pages_free -
+ * pages_lazy), from a few counters: for sampling often.  slabkit_page_stats
+ * also counts free blocks per order, which costs the iBuddy (whose free
+ * frames are bits, not blocks) a pass over its bitmaps. */
+uint64_t slabkit_pages_in_use(void);
 
 /* Per-cache statistics (the columns of /proc/slabinfo 2.1 plus counters). */
 struct slabkit_cache_stats {

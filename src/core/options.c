@@ -95,4 +95,13 @@ void options_init(void)
         else
             sk_opt.return_delay_ms = (unsigned)ms;
     }
+    if ((v = getenv("SLABKIT_ZONE_PAGES")) && *v) {
+        char *end;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (*end || *v == '-' || (n && (n < ZONE_PAGES_MIN || n > ZONE_PAGES_MAX)))
+            sk_warn("SLABKIT_ZONE_PAGES=%s is not understood (valid: 0 for unbounded, or %u..%llu frames of 4 KiB); "
+                    "using unbounded", v, ZONE_PAGES_MIN, (unsigned long long)ZONE_PAGES_MAX);
+        else
+            sk_opt.zone_pages = n;
+    }
 }

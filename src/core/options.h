@@ -20,6 +20,11 @@ enum sk_pages  { PAGES_BUDDY, PAGES_IBUDDY, PAGES_COUNT };
 /* How free pages go back to the OS (SLABKIT_RETURN). */
 enum sk_return { RETURN_DONTNEED, RETURN_FREE, RETURN_OFF };
 
+/* SLABKIT_ZONE_PAGES bounds: the library's own structures and a few slabs
+ * need a thousand frames; 2^36 frames is 256 TiB. */
+#define ZONE_PAGES_MIN 1024u
+#define ZONE_PAGES_MAX ((uint64_t)1 << 36)
+
 struct sk_options {
     enum sk_design design;      /* SLABKIT_DESIGN */
     enum sk_pages  pages;       /* SLABKIT_PAGES */
@@ -27,6 +32,7 @@ struct sk_options {
     const char    *stats;       /* SLABKIT_STATS: NULL off, "1" stderr, else a path */
     enum sk_return return_mode; /* SLABKIT_RETURN: dontneed (default), free, off */
     unsigned       return_delay_ms; /* SLABKIT_RETURN_DELAY_MS: how long free memory stays before it is returned */
+    uint64_t       zone_pages;  /* SLABKIT_ZONE_PAGES: frames the page layer may hold, 0 unbounded */
 };
 
 extern struct sk_options sk_opt;

@@ -393,7 +393,7 @@ SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags)
     cache_reap_all_urgent();
     void *p = sk_design.alloc(cp, KM_NOSLEEP);
     if (!p)
-        sk_fatal("kmem_cache_alloc(%s): out of memory (the OS refused more pages)", cp->name);
+        sk_fatal("kmem_cache_alloc(%s): out of memory (%s)", cp->name, page_refusal());
     return p;
 }
 
@@ -490,8 +490,12 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
     size_t min_pages = align > PAGE_SIZE ? align >> PAGE_SHIFT : 1;
     size_t take = npages > min_pages ? npages : min_pages;
     if (take > ((size_t)1 << MAX_ORDER)) {
-        void *cached = align <= PAGE_SIZE && !debug_on ? large_huge_take(size) : NULL;
-        return cached ? cached : huge_alloc(size, align > PAGE_SIZE ? align : PAGE_SIZE);
+        if (align > PAGE_SIZE || debug_on)
+            return huge_alloc(size, align > PAGE_SIZE ? align : PAGE_SIZE);
+        void *p = large_huge_take(size);
+        if (!p && (p = huge_alloc(size, PAGE_SIZE)))
+            large_huge_new(p);
+        return p;
     }
     /* Plain requests go by size class through the cache of freed blocks
      * (large.c); a larger alignment needs the page layer's placement. */
@@ -644,7 +648,7 @@ SK_NOINLINE static void *kmem_alloc_slow(size_t size, int flags)
         cache_reap_all_urgent();
         p = cache_kmalloc(size, 0, KM_NOSLEEP);
         if (!p)
-            sk_fatal("kmem_alloc(%zu): out of memory (the OS refused more pages)", size);
+            sk_fatal("kmem_alloc(%zu): out of memory (%s)", size, page_refusal());
     }
     return p;
 }
@@ -696,9 +700,10 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size)
             match = ALIGN_UP(size ? size : 1, 2) == have;  /* SLOB kmalloc: its size header, in 2-byte units */
         } else {
             /* Large blocks are whole pages, rounded to their class (large.c);
-             * huge ones whole pages. */
+             * huge ones whole pages, or a cached block a little larger. */
             size_t pages = ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT;
-            match = pages * PAGE_SIZE == have || large_pages_round(pages) * PAGE_SIZE == have;
+            match = pages * PAGE_SIZE == have || large_pages_round(pages) * PAGE_SIZE == have ||
+                    (!d && large_huge_fits(size, have));
         }
         struct page_desc *h = page_head_of(buf);
         if (debug_on && h && (h->kind == PAGE_SLAB || h->kind == PAGE_SLOB || h->kind == PAGE_GUARDED))

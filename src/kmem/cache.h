@@ -167,6 +167,8 @@ void large_block_resized(struct page_desc *d);  /* realloc resized it in place: 
 size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
 void *large_huge_take(size_t size);             /* a cached huge block resized to size (marked used), or NULL */
 bool large_huge_put(void *p);                   /* keeps the freed huge block p, or false */
+void large_huge_new(void *p);                   /* p a new huge block (it may be kept once freed) */
+bool large_huge_fits(size_t asked, size_t have); /* a cached block of have bytes serves asked uncut */
 void large_tick(uint64_t now);                  /* the page layer's timed check: idle blocks back */
 size_t large_cache_bytes(void);                 /* page-layer blocks kept */
 size_t large_huge_bytes(void);                  /* huge blocks kept */

@@ -32,8 +32,13 @@
  * 32 MiB), so churning 5-25 MiB blocks, each zero-filled, ran 3.5x glibc's
  * time.  A request takes the smallest cached block that holds it (its tail
  * unmapped) or else grows the largest with mremap (only the new part faults);
- * HUGE_SLOTS blocks and HUGE_CACHE_BYTES at most, returned on the same
- * schedule as the rest.  A reused block is marked so calloc clears it. */
+ * Only blocks allocated while the program is freeing huge blocks (one was
+ * freed within the return delay) are kept when they are freed in turn, as
+ * glibc serves from its heap only once a free has raised its mmap threshold:
+ * a program that allocates its big buffers once and frees them gets the
+ * memory back at once.  The cache holds at most half the huge bytes in use
+ * (at least 32 MiB) and HUGE_SLOTS blocks, returned on the same schedule as
+ * the rest.  A reused block is marked so calloc clears it. */
 #include "cache.h"
 #include "../core/options.h"
 #include "../os/os.h"
@@ -230,8 +235,15 @@ size_t large_cache_flush(bool all)
 #define HUGE_SPLIT_MIN ((size_t)1 << 20)
 
 struct huge_slot { void *p; size_t size; uint64_t since; };
+static uint64_t huge_last_free_ms;                /* 0: none yet */
 static struct huge_slot huge_slots[HUGE_SLOTS];   /* p NULL: empty */
 static size_t huge_cached_bytes;
+
+bool large_huge_fits(size_t asked, size_t have)
+{
+    asked = ALIGN_UP(asked, PAGE_SIZE);
+    return have >= asked && (have - asked <= HUGE_SPLIT_MIN || have - asked <= asked / 8);
+}
 
 size_t large_huge_bytes(void)
 {
@@ -323,10 +335,18 @@ void *large_huge_take(size_t size)
             return NULL;
         }
         p = q;
-    } else if (have - size > HUGE_SPLIT_MIN && have - size > size / 8) {
+    } else if (!large_huge_fits(size, have)) {
         void *rest = huge_split(p, size);
         if (rest)
             huge_keep(rest, have - size, b.since);
+        else {
+            void *q = huge_resize(p, size);      /* the excess unmapped: a shrink never moves */
+            if (!q) {
+                huge_free(p);
+                return NULL;
+            }
+            p = q;
+        }
     }
     huge_mark_used(p);
     return p;
@@ -367,11 +387,20 @@ static bool huge_keep(void *p, size_t size, uint64_t since)
     return kept;
 }
 
+void large_huge_new(void *p)
+{
+    uint64_t last = __atomic_load_n(&huge_last_free_ms, __ATOMIC_RELAXED);
+    if (last && page_now_ms() - last <= sk_opt.return_delay_ms)
+        huge_set_reusable(p);
+}
+
 bool large_huge_put(void *p)
 {
-    if (huge_header_bytes(p) != PAGE_SIZE)   /* an aligned block: its padding is no use to others */
+    uint64_t now = page_now_ms();
+    __atomic_store_n(&huge_last_free_ms, now ? now : 1, __ATOMIC_RELAXED);
+    if (!huge_reusable(p) || huge_header_bytes(p) != PAGE_SIZE)   /* an aligned block's padding is no use */
         return false;
-    return huge_keep(p, huge_size(p), page_now_ms());
+    return huge_keep(p, huge_size(p), now);
 }
 
 /* Unmaps the cached huge blocks freed at or before `before`; bytes released. */

@@ -57,14 +57,24 @@
  *    touched without its cooperation) — this is the design's memory cost.
  *    List structs: one per thread alive at once per cache (dead ones are
  *    reused), freed at kmem_cache_destroy.
- * 6. Statistics: per-list counters with no atomics, summed over every list
+ * 6. Constructed objects (issue 15): a cache with a constructor keeps the
+ *    slabs of a thread's list that empty (on its partial list, nr_empty of
+ *    them), so the next burst takes constructed objects instead of new
+ *    slabs; the owner gives back those that stayed empty for a working-set
+ *    interval (SLABKIT_RETURN_DELAY_MS; the scheme of SLAB's depot) when its
+ *    slow paths or the page layer's tick run on it, all of them at kmem_reap
+ *    and at thread exit.  Node slabs are destroyed when they empty, as
+ *    before (no owner to time them).
+ * 7. Statistics: per-list counters with no atomics, summed over every list
  *    (live and dead: lists persist) plus the shared path's atomic counters;
  *    exact once the other threads have exited.  limit = hiwater,
  *    batchcount = freebatch, cached = LIFOs + rlists + remote_free queues. */
 #include <string.h>
 #include "cache.h"
 #include "slqb.h"
+#include "../core/options.h"
 #include "../core/report.h"
+#include "../os/os.h"
 
 /* Per-slab state in the head page descriptor's priv[]. */
 #define SLAB_OWNER 0
@@ -100,6 +110,10 @@ struct slqb_list {
     unsigned long rnr;
     struct slqb_list *rdest;
     uint64_t flushes, claims;
+    /* Constructed caches: empty slabs kept on partial, and their working set. */
+    uint32_t nr_empty, empty_min, empty_prev_min;
+    uint32_t slow;                 /* slow paths: every 16th samples the clock */
+    uint64_t ws_ms;                /* the last working-set step */
     struct slqb_list *all_next;    /* registry, under lists_lock */
     struct slqb_list *pool_next;   /* dead pool, under lists_lock */
     /* remote_free: any thread, under rf_lock (own line: written remotely). */
@@ -118,6 +132,7 @@ struct slqb_cache {
     uint64_t recip;                /* ceil(2^RECIP_SHIFT / bsize) */
     uint32_t objs, order, fpoff;
     uint32_t freebatch, hiwater;
+    bool constructed;              /* a constructor: empty slabs kept (6.) */
     /* Shared. */
     _Alignas(CACHE_LINE) struct sk_lock node_lock;
     struct sk_lock lists_lock;
@@ -239,6 +254,8 @@ SK_INLINE void *slab_take(struct kmem_cache *cp, struct slqb_list *l, struct pag
     struct slqb_cache *c = slqb(cp);
     void *obj = (void *)s->priv[SLAB_FREE];
     s->priv[SLAB_FREE] = (uintptr_t)get_next(cp, obj, c->fpoff);
+    if (s->priv[SLAB_INUSE] == 0 && l != &c->node && --l->nr_empty < l->empty_min)
+        l->empty_min = l->nr_empty;
     if (++s->priv[SLAB_INUSE] == c->objs) {
         slab_unlink(&l->partial, s);
         slab_link(&l->full, s);
@@ -247,7 +264,8 @@ SK_INLINE void *slab_take(struct kmem_cache *cp, struct slqb_list *l, struct pag
 }
 
 /* Return obj to slab s of list l.  Returns s, unlinked, if it became empty
- * (the caller destroys it once it holds no lock). */
+ * (the caller destroys it once it holds no lock) -- unless it holds
+ * constructed objects and l is a thread's list: then it stays on partial. */
 static struct page_desc *slab_put(struct kmem_cache *cp, struct slqb_list *l,
                                   struct page_desc *s, void *obj)
 {
@@ -259,14 +277,63 @@ static struct page_desc *slab_put(struct kmem_cache *cp, struct slqb_list *l,
     set_next(cp, obj, c->fpoff, fl);
     s->priv[SLAB_FREE] = (uintptr_t)obj;
     s->priv[SLAB_INUSE] = inuse - 1;
+    bool keep = inuse == 1 && c->constructed && l != &c->node;
     if (inuse == c->objs) {
         slab_unlink(&l->full, s);
-        if (inuse > 1)
+        if (inuse > 1 || keep)
             slab_link(&l->partial, s);
-    } else if (inuse == 1) {
+    } else if (inuse == 1 && !keep) {
         slab_unlink(&l->partial, s);
     }
-    return inuse == 1 ? s : NULL;
+    l->nr_empty += keep;
+    return inuse == 1 && !keep ? s : NULL;
+}
+
+/* Up to `limit` of l's kept empty slabs are destroyed (owner only). */
+static void release_empty(struct kmem_cache *cp, struct slqb_list *l, uint32_t limit)
+{
+    for (struct page_desc *s = l->partial, *next; s && limit; s = next) {
+        next = (struct page_desc *)s->priv[SLAB_NEXT];
+        if (s->priv[SLAB_INUSE] == 0) {
+            slab_unlink(&l->partial, s);
+            l->nr_empty--;
+            limit--;
+            slab_destroy(cp, s);
+        }
+    }
+    if (l->empty_min > l->nr_empty)
+        l->empty_min = l->nr_empty;
+}
+
+/* The working set of l's empty slabs (Solaris kmem_depot_ws_*, as SLAB's
+ * depot): every half interval, those never taken over the last whole
+ * interval -- the fewest counted in its two halves -- go back. */
+static void list_ws_step(struct kmem_cache *cp, struct slqb_list *l, uint64_t now)
+{
+    uint64_t half = (sk_opt.return_delay_ms > 100 ? sk_opt.return_delay_ms : 100) / 2;
+    if (now - l->ws_ms < half)
+        return;
+    l->ws_ms = now;
+    uint32_t idle = l->empty_min < l->empty_prev_min ? l->empty_min : l->empty_prev_min;
+    l->empty_prev_min = l->empty_min - idle;
+    l->empty_min = l->nr_empty;
+    if (idle)
+        release_empty(cp, l, idle);
+}
+
+/* The calling thread's lists of every constructed cache take their step:
+ * from the page layer's timed tick (no lock held), which the thread's own
+ * allocator traffic drives.  cache_list_lock only tried. */
+static void slqb_page_tick(uint64_t now)
+{
+    if (!lock_try(&cache_list_lock))
+        return;
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next) {
+        struct slqb_list *l = slqb(cp)->constructed ? cache_cpu(cp) : NULL;
+        if (l)
+            list_ws_step(cp, l, now);
+    }
+    lock_release(&cache_list_lock);
 }
 
 /* --- Remote hand-over ---------------------------------------------------- */
@@ -567,6 +634,8 @@ SK_NOINLINE static void *alloc_slow(struct kmem_cache *cp, int flags)
         if (!l)
             return shared_alloc(cp, flags);
     }
+    if (slqb(cp)->constructed && (++l->slow & 15) == 0)
+        list_ws_step(cp, l, os_now_ms());
     void *obj = l->hot->head;
     if (obj) {                     /* an overflow cache: its fast path always misses */
         l->hot->head = get_next(cp, obj, slqb(cp)->fpoff);
@@ -591,6 +660,7 @@ SK_NOINLINE static void *alloc_slow(struct kmem_cache *cp, int flags)
             return NULL;
         slab_set_owner(s, l);
         slab_link(&l->partial, s);
+        l->nr_empty++;             /* empty until slab_take */
     }
     obj = slab_take(cp, l, s);
     l->hot->allocs++;
@@ -708,6 +778,8 @@ static void slqb_thread_exit(struct kmem_cache *cp, void *cpu)
         flush_free_list(cp, l, l->hot->nr);
         rlist_flush(cp, l);
     }
+    release_empty(cp, l, UINT32_MAX);   /* constructed slabs kept empty: no owner will time them */
+    l->empty_min = l->empty_prev_min = 0;
     /* Hand the slabs to the node, then declare l dead (invariant e). */
     lock_acquire(&c->node_lock);
     struct page_desc *s;
@@ -749,8 +821,8 @@ static void slqb_thread_exit(struct kmem_cache *cp, void *cpu)
     lock_release(&c->lists_lock);
 }
 
-/* Empty the calling thread's queues (its remote_free queue included); empty
- * slabs have already gone back.  Other threads keep up to hiwater objects
+/* Empty the calling thread's queues (its remote_free queue included) and
+ * give back its empty slabs (kept only for constructed caches).  Other threads keep up to hiwater objects
  * each: only they may touch their queues. */
 static size_t slqb_reap(struct kmem_cache *cp)
 {
@@ -761,6 +833,7 @@ static size_t slqb_reap(struct kmem_cache *cp)
         claim_remote(cp, l);
         flush_free_list(cp, l, l->hot->nr);
         rlist_flush(cp, l);
+        release_empty(cp, l, UINT32_MAX);
     }
     uint64_t after = __atomic_load_n(&c->slabs, __ATOMIC_RELAXED);
     /* Approximate when other threads make or free slabs meanwhile. */
@@ -832,6 +905,7 @@ static int slqb_cache_init(struct kmem_cache *cp)
     c->hiwater = (uint32_t)(fb << 2);
     c->node.own_hot.list = &c->node;
     c->node.hot = &c->node.own_hot;
+    c->constructed = cp->ctor != NULL;
     return 0;
 }
 
@@ -959,6 +1033,7 @@ void slqb_probe(struct kmem_cache *cp, bool self, struct slqb_probe *out)
 const struct design_ops slqb_design = {
     .name = "slqb",
     .cache_priv_size = sizeof(struct slqb_cache),
+    .tick = slqb_page_tick,
     .cache_init = slqb_cache_init,
     .cache_fini = slqb_cache_fini,
     .alloc = slqb_alloc,

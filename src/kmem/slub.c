@@ -36,6 +36,15 @@
  * a consumer, would otherwise sit on empty slabs its producer cannot reach:
  * mallocbench prodcons peaked at 10-67 MB, now ~5 MB).
  *
+ * Constructed objects (issue 15): Linux's SLUB frees an empty slab beyond
+ * min_partial at once, so a burst of constructed objects is destructed the
+ * moment it ends and constructed again by the next one.  A cache with a
+ * constructor keeps its empty slabs on the node list instead (nr_empty
+ * counts them) and gives back those that stayed empty for a working-set
+ * interval (SLABKIT_RETURN_DELAY_MS; Solaris' kmem_depot_ws_* scheme, run
+ * from the page layer's timed tick as SLAB's is), and every one at
+ * kmem_reap (Linux's kmem_cache_shrink) and under memory pressure.
+ *
  * Locking (cf. mm/slub.c): one lock per cache, slub_cache.lock (Linux's
  * n->list_lock), protects the node partial list and nr_partial; it is a leaf:
  * the page layer and the internal allocator are never called under it.  A
@@ -44,8 +53,10 @@
  * does), so a slab is always on the list its state says by the time anyone
  * else can look.  Statistics walk the threads under thread_list_lock (the
  * caller holds cache_list_lock): cache_list_lock -> thread_list_lock -> lock. */
+#include <limits.h>
 #include <string.h>
 #include "cache.h"
+#include "../core/options.h"
 #include "../core/report.h"
 #include "../os/os.h"
 
@@ -90,6 +101,9 @@ SK_INLINE bool w_cas(struct slub_slab *s, uint64_t *old, uint64_t new)
 struct slub_cache {
     struct sk_lock lock;            /* the node partial list */
     unsigned nr_partial;
+    unsigned nr_empty;              /* node slabs with every object free (under lock) */
+    unsigned empty_min, empty_prev_min;  /* fewest in this half interval and the one before */
+    bool constructed;               /* a constructor: empty slabs kept (see the top) */
     struct page_desc *partial_head, *partial_tail;
     /* Layout (read-only after cache_init). */
     size_t bufsize;                 /* bytes per object in a slab: size, free pointer, alignment */
@@ -125,6 +139,7 @@ struct slub_cpu {
     struct page_desc *partial;      /* cpu partial slabs (frozen), through slub_slab.next, */
     struct page_desc *partial_tail; /* oldest first: they have had longest to collect frees */
     unsigned cpu_partial_slabs;     /* bound; 0 for the temporary state of an exited thread */
+    uint32_t slow;                  /* refills: every 16th samples the clock for the timed step */
     struct slub_hot own_hot;
 };
 
@@ -247,6 +262,22 @@ static size_t discard_slab(struct kmem_cache *cp, struct slub_cache *sc, struct 
 
 /* --- The node partial list (caller holds sc->lock) -------------------------- */
 
+/* An empty slab goes back to the page layer beyond min_partial, unless its
+ * objects are constructed (kept for the timed return).  Read racily by
+ * deactivate_slab before it takes the lock, as Linux does. */
+SK_INLINE bool discard_empty(const struct slub_cache *sc)
+{
+    return !sc->constructed && __atomic_load_n(&sc->nr_partial, __ATOMIC_RELAXED) >= sc->min_partial;
+}
+
+/* The node list gained an empty slab, or lost one. */
+SK_INLINE void empty_gained(struct slub_cache *sc) { sc->nr_empty++; }
+SK_INLINE void empty_lost(struct slub_cache *sc)
+{
+    if (--sc->nr_empty < sc->empty_min)
+        sc->empty_min = sc->nr_empty;
+}
+
 static void add_partial(struct slub_cache *sc, struct page_desc *d)
 {
     struct slub_slab *s = slab_of(d);
@@ -367,11 +398,13 @@ static void unfreeze_partials(struct kmem_cache *cp, struct slub_cache *sc, stru
             new = merge_word(cp, sc, old, local, tail, count);
         } while (!w_cas(s, &old, new));
         s->nlocal = 0;
-        if (w_inuse(new) == 0 && sc->nr_partial >= sc->min_partial) {
+        if (w_inuse(new) == 0 && discard_empty(sc)) {
             s->next = discard;
             discard = d;
         } else if (w_ptr(new)) {
             add_partial(sc, d);
+            if (w_inuse(new) == 0)
+                empty_gained(sc);
         } else {
             s->next = NULL;            /* full: on no list (defensive: a cpu partial slab keeps a free object) */
         }
@@ -397,7 +430,7 @@ static void deactivate_slab(struct kmem_cache *cp, struct slub_cache *sc, struct
     uint64_t old = w_load(s), new;
     for (;;) {
         new = merge_word(cp, sc, old, freelist, tail, count);
-        if (w_inuse(new) == 0 && __atomic_load_n(&sc->nr_partial, __ATOMIC_RELAXED) >= sc->min_partial) {
+        if (w_inuse(new) == 0 && discard_empty(sc)) {
             mode = M_FREE;
         } else if (w_ptr(new)) {
             mode = M_PARTIAL;
@@ -412,6 +445,8 @@ static void deactivate_slab(struct kmem_cache *cp, struct slub_cache *sc, struct
     }
     if (mode == M_PARTIAL) {
         add_partial(sc, d);
+        if (w_inuse(new) == 0)
+            empty_gained(sc);
         lock_release(&sc->lock);
     } else if (mode == M_FREE) {
         discard_slab(cp, sc, d);    /* empty and on no list: nobody else can reach it */
@@ -513,6 +548,8 @@ static void *get_partial(struct slub_cache *sc, struct slub_cpu *c)
     struct page_desc *d = sc->partial_head;
     while (d) {
         struct page_desc *next = slab_of(d)->next;
+        if (w_inuse(w_load(slab_of(d))) == 0)     /* stable: emptying a node slab takes the lock */
+            empty_lost(sc);
         remove_partial(sc, d);
         if (!freelist) {
             freelist = acquire_slab(d, c, true);
@@ -587,8 +624,12 @@ static struct page_desc *pick_partial(struct slub_cpu *c)
  * (Keeping it frozen on the cpu partial list, so a producer takes its
  * consumer's frees straight back, made every consumer free a contended CAS:
  * mallocbench prodcons ran ~1 us/op against 0.1-0.5 us this way.) */
+static void slub_page_tick(uint64_t now);
+
 static void *alloc_refill(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c, int flags)
 {
+    if ((++c->slow & 15) == 0)
+        slub_page_tick(os_now_ms());   /* constructed caches' timed return (the page layer ticks too) */
     void *obj;
     for (;;) {
         if (c->slab) {
@@ -767,7 +808,7 @@ static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_
     }
     if (!locked)
         return;                        /* frozen (another thread's), or still partial */
-    if (inuse == 0 && sc->nr_partial >= sc->min_partial) {
+    if (inuse == 0 && discard_empty(sc)) {
         if (prior)
             remove_partial(sc, d);
         lock_release(&sc->lock);
@@ -776,6 +817,8 @@ static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_
     }
     if (!prior)
         add_partial(sc, d);
+    if (inuse == 0)
+        empty_gained(sc);
     lock_release(&sc->lock);
 }
 
@@ -795,22 +838,33 @@ SK_NOINLINE SK_COLD static void slub_tick(struct kmem_cache *cp)
         cache_tick_carry(&c->frees);
 }
 
-/* An object of the thread's active slab goes on its private list. */
-SK_INLINE bool free_to_active(struct kmem_cache *cp, struct slub_hot *h, void *obj)
+SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj);
+
+/* Fast path: an object of the thread's active slab (h: the thread's hot
+ * part) is pushed on its private list; the range test, the interior-pointer
+ * test and the immediate double free test are a subtract, a multiply and
+ * three compares.  Written with gotos rather than around a call that may
+ * report: with the report's cold call inside the likely branch, gcc placed
+ * the whole path in the .cold section (a jump out and back on every free). */
+SK_INLINE void free_fast(struct kmem_cache *cp, struct slub_hot *h, void *obj)
 {
     const struct slub_cache *sc = cache_priv(cp);
     uintptr_t off = (uintptr_t)obj - h->base;
-    if (likely(off < h->span)) {
-        void *head = h->freelist;
-        if (HARDENED && unlikely(!divisible(off, sc->div_m) || obj == head))
-            slub_free_bad(cp, h, obj);
-        set_fp(cp, obj, sc->fp_off, head);
-        h->freelist = obj;
-        if (unlikely(++h->ticks == 0))
-            slub_tick(cp);
-        return true;
-    }
-    return false;
+    void *head = h->freelist;
+    if (unlikely(off >= h->span))
+        goto slow;
+    if (HARDENED && unlikely(!divisible(off, sc->div_m) || obj == head))
+        goto bad;
+    set_fp(cp, obj, sc->fp_off, head);
+    h->freelist = obj;
+    if (unlikely(++h->ticks == 0))
+        slub_tick(cp);
+    return;
+slow:
+    slub_free_slow(cp, obj);
+    return;
+bad:
+    slub_free_bad(cp, h, obj);
 }
 
 /* Not the active slab.  A slab this thread froze (its cpu partial list)
@@ -822,8 +876,10 @@ SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
     struct slub_cache *sc = cache_priv(cp);
     struct slub_cpu *c = cache_cpu(cp);
     /* An overflow cache's fast path always misses: its active slab is here. */
-    if (c && c->hot == &c->own_hot && free_to_active(cp, c->hot, obj))
+    if (c && c->hot == &c->own_hot && (uintptr_t)obj - c->hot->base < c->hot->span) {
+        free_fast(cp, c->hot, obj);
         return;
+    }
     struct page_desc *d = page_desc_of(obj)->head;
     struct slub_slab *s = slab_of(d);
     uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(d);
@@ -851,22 +907,15 @@ SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
     slab_free(cp, sc, c, d, obj);
 }
 
-/* Fast path: an object of the thread's active slab is pushed on its private
- * list; the range test, the interior-pointer test and the immediate double
- * free test are a subtract, a multiply, a rotate and three compares. */
 SK_FASTPATH static void slub_free(struct kmem_cache *cp, void *obj)
 {
-    if (likely(free_to_active(cp, cache_cpu_fast(cp), obj)))
-        return;
-    slub_free_slow(cp, obj);
+    free_fast(cp, cache_cpu_fast(cp), obj);
 }
 
 /* The active-slab test needs no descriptor: only the entry's cpu offset. */
 SK_FASTPATH static void slub_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    if (likely(free_to_active(cp, cache_cpu_owned(o), obj)))
-        return;
-    slub_free_slow(cp, obj);
+    free_fast(cp, cache_cpu_owned(o), obj);
 }
 
 /* --- Cache set-up and tear-down ---------------------------------------------- */
@@ -959,6 +1008,7 @@ static int slub_cache_init(struct kmem_cache *cp)
     if (sc->cpu_partial_slabs < sc->cpu_partial / 16)
         sc->cpu_partial_slabs = sc->cpu_partial / 16;
     sc->div_m = div_init(sc->bufsize);
+    sc->constructed = cp->ctor != NULL;
     return 0;
 }
 
@@ -997,20 +1047,19 @@ static void slub_thread_exit(struct kmem_cache *cp, void *cpu)
     cache_own_free(c, sizeof *c);
 }
 
-/* Linux kmem_cache_shrink: every empty slab on the node list goes back (none
- * kept).  Threads' active and cpu partial slabs are theirs (bounded by
- * 1 + cpu_partial_slabs) until they exit: another thread cannot touch them. */
-static size_t slub_reap(struct kmem_cache *cp)
+/* Up to `limit` empty slabs of the node list go back to the page layer
+ * (destructed); bytes released.  Called with sc->lock held, which it drops. */
+static size_t release_empty(struct kmem_cache *cp, struct slub_cache *sc, unsigned limit)
 {
-    struct slub_cache *sc = cache_priv(cp);
     struct page_desc *discard = NULL;
-    lock_acquire(&sc->lock);
-    for (struct page_desc *d = sc->partial_head, *next; d; d = next) {
+    for (struct page_desc *d = sc->partial_head, *next; d && limit; d = next) {
         next = slab_of(d)->next;
         if (w_inuse(w_load(slab_of(d))) == 0) {    /* stable: no object to free, acquiring needs the lock */
             remove_partial(sc, d);
+            empty_lost(sc);
             slab_of(d)->next = discard;
             discard = d;
+            limit--;
         }
     }
     lock_release(&sc->lock);
@@ -1021,6 +1070,65 @@ static size_t slub_reap(struct kmem_cache *cp)
         bytes += discard_slab(cp, sc, d);
     }
     return bytes;
+}
+
+/* Linux kmem_cache_shrink: every empty slab on the node list goes back (none
+ * kept).  Threads' active and cpu partial slabs are theirs (bounded by
+ * 1 + cpu_partial_slabs) until they exit: another thread cannot touch them. */
+static size_t slub_reap(struct kmem_cache *cp)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    lock_acquire(&sc->lock);
+    return release_empty(cp, sc, UINT_MAX);
+}
+
+/* The working set of a constructed cache's empty slabs (Solaris
+ * kmem_depot_ws_update/reap, as SLAB's depot): every half interval, the
+ * empty slabs that were never taken over the last whole interval -- the
+ * fewest counted in its two halves -- go back.  So a burst's constructed
+ * objects stay for the next burst, and go once unused for an interval. */
+static void ws_step(struct kmem_cache *cp, struct slub_cache *sc)
+{
+    lock_acquire(&sc->lock);
+    unsigned idle = sc->empty_min < sc->empty_prev_min ? sc->empty_min : sc->empty_prev_min;
+    sc->empty_prev_min = sc->empty_min;
+    sc->empty_min = sc->nr_empty;
+    if (!idle) {
+        lock_release(&sc->lock);
+        return;
+    }
+    release_empty(cp, sc, idle);
+    lock_acquire(&sc->lock);
+    sc->empty_prev_min = sc->empty_prev_min > idle ? sc->empty_prev_min - idle : 0;
+    lock_release(&sc->lock);
+}
+
+/* The interval is SLAB's: SLABKIT_RETURN_DELAY_MS, at least 100 ms. */
+static uint64_t ws_half_ms(void)
+{
+    return (sk_opt.return_delay_ms > 100 ? sk_opt.return_delay_ms : 100) / 2;
+}
+
+static uint64_t ws_last;           /* ms of the last step over the caches */
+
+/* The timed step, from every 16th refill and from the page layer's timed
+ * tick (no lock held either way): once per half interval, by whichever
+ * thread sees it due first; cache_list_lock only tried (a create,
+ * destroy or reap in progress, perhaps in this thread, defers the step). */
+static void slub_page_tick(uint64_t now)
+{
+    uint64_t last = __atomic_load_n(&ws_last, __ATOMIC_RELAXED);
+    if (now - last < ws_half_ms() ||
+        !__atomic_compare_exchange_n(&ws_last, &last, now, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return;
+    if (!lock_try(&cache_list_lock)) {
+        __atomic_store_n(&ws_last, last, __ATOMIC_RELAXED);
+        return;
+    }
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
+        if (((struct slub_cache *)cache_priv(cp))->constructed)
+            ws_step(cp, cache_priv(cp));
+    lock_release(&cache_list_lock);
 }
 
 /* Exact once every other thread has exited (their counters are folded);
@@ -1077,6 +1185,7 @@ const struct design_ops slub_design = {
     .name = "slub",
     .cache_priv_size = sizeof(struct slub_cache),
     .init = slub_init,
+    .tick = slub_page_tick,
     .cache_init = slub_cache_init,
     .cache_fini = slub_cache_fini,
     .alloc = slub_alloc,

@@ -60,6 +60,14 @@ void *os_reserve_aligned(size_t size, size_t align)
     return (void *)start;
 }
 
+bool os_commit(void *p, size_t size)
+{
+    int saved = errno;
+    int rc = mprotect(p, size, PROT_READ | PROT_WRITE);
+    errno = saved;
+    return rc == 0;
+}
+
 bool os_reserve_at(void *p, size_t size)
 {
     int saved = errno;

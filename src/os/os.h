@@ -21,6 +21,10 @@ void os_unmap(void *p, size_t size);
  * committed), to be replaced by os_remap(..., fixed); NULL if refused. */
 void *os_reserve_aligned(size_t size, size_t align);
 
+/* Makes [p, p+size), part of a reservation of ours, read-write (mprotect);
+ * false if the OS refuses (overcommit limits). */
+bool os_commit(void *p, size_t size);
+
 /* Address space only at exactly [p, p+size) (PROT_NONE, MAP_FIXED_NOREPLACE):
  * false, nothing mapped, if any of it is taken. */
 bool os_reserve_at(void *p, size_t size);

@@ -147,12 +147,15 @@ static unsigned free_pieces(struct page_desc *base, uint32_t from, uint32_t to, 
 /* Zone lock held on entry and on return; false if the OS refused. */
 static bool grow(void)
 {
+    if (region_zone_full())
+        return false;
     lock_release(&zone.lock);
     struct region_hdr *r = region_create(0);
+    uint32_t end = r ? region_grant(r) : 0;
     lock_acquire(&zone.lock);
-    if (!r)
+    if (!r || end == r->r.first_page)
         return false;
-    free_pieces(region_descs(r), r->r.first_page, REGION_PAGES, PD_PURGED, page_clock_ms);   /* never touched: nothing to return */
+    free_pieces(region_descs(r), r->r.first_page, end, PD_PURGED, page_clock_ms);   /* never touched: nothing to return */
     return true;
 }
 
@@ -338,6 +341,8 @@ static void buddy_stats(struct slabkit_page_stats *s)
     lock_release(&zone.lock);
 }
 
+static uint64_t buddy_free_pages(void) { return __atomic_load_n(&zone.nr_free, __ATOMIC_RELAXED); }
+
 static void buddy_lock_all(void) { lock_acquire(&zone.lock); }
 static void buddy_unlock_all(void) { lock_release(&zone.lock); }
 static void buddy_reset_locks(void) { lock_reset(&zone.lock); }
@@ -353,6 +358,7 @@ const struct page_backend buddy_backend = {
     .free_batch = buddy_free_batch,
     .purge = buddy_purge,
     .stats = buddy_stats,
+    .free_pages = buddy_free_pages,
     .lock_all = buddy_lock_all,
     .unlock_all = buddy_unlock_all,
     .reset_locks = buddy_reset_locks,

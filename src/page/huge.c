@@ -25,6 +25,7 @@ struct huge_hdr {
     size_t size;         /* usable bytes of the user block */
     void *user;
     bool used;           /* handed out before (kmem/large.c's cache): not known to be zero */
+    bool reusable;       /* kmem/large.c may keep it when it is freed */
 };
 
 uint64_t huge_count, huge_live_bytes;
@@ -73,6 +74,7 @@ static void *huge_map(size_t usable, size_t align)
     h->size = usable;
     h->user = base + align;
     h->used = false;
+    h->reusable = false;
     mark((uintptr_t)base, len, (uintptr_t)base);
     __atomic_fetch_add(&huge_count, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&huge_live_bytes, usable, __ATOMIC_RELAXED);
@@ -147,16 +149,31 @@ void *huge_split(void *p, size_t keep)
     keep = ALIGN_UP(keep, PAGE_SIZE);
     if (keep >= h->size)
         return NULL;
-    void *q = huge_map(0, (size_t)((char *)p - (char *)h));
-    if (!q)
+    /* The new block's whole range is reserved first (after a plain aligned
+     * mapping there may be no room to move the pages to), its header made
+     * writable, then the pages moved over the rest. */
+    size_t hdr = (size_t)((char *)p - (char *)h), excess = h->size - keep, len = hdr + excess;
+    char *nb = os_reserve_aligned(len, hdr > REGION_SIZE ? hdr : REGION_SIZE);
+    if (!nb)
         return NULL;
-    if (!huge_move_tail(q, p, h->size - keep)) {
-        huge_free(q);
+    char *from = (char *)h + h->map_len - excess;
+    if (((uintptr_t)nb + len - 1) >> ADDRESS_BITS || !os_commit(nb, hdr)) {
+        os_unmap(nb, len);
         return NULL;
     }
-    struct huge_hdr *qh = huge_hdr_of(q);
-    qh->used = h->used;
-    return q;
+    unmark_beyond((uintptr_t)h, h->map_len, (uintptr_t)h, h->map_len - excess);
+    if (!os_remap(from, excess, excess, nb + hdr)) {
+        mark((uintptr_t)h, h->map_len, (uintptr_t)h);
+        os_unmap(nb, len);
+        return NULL;
+    }
+    h->map_len -= excess;
+    h->size = keep;
+    struct huge_hdr *n = (struct huge_hdr *)nb;
+    *n = (struct huge_hdr){ .magic = HUGE_MAGIC, .map_len = len, .size = excess, .user = nb + hdr,
+                            .used = h->used, .reusable = h->reusable };
+    mark((uintptr_t)nb, len, (uintptr_t)nb);
+    return n->user;
 }
 
 size_t huge_bytes(void)
@@ -172,9 +189,17 @@ bool huge_zeroed(const void *p)
 
 void huge_mark_used(void *p)
 {
-    struct huge_hdr *h = huge_hdr_of(p);
-    if (h && h->magic == HUGE_MAGIC && h->user == p)
-        h->used = true;
+    block_of(p, "huge_mark_used")->used = true;
+}
+
+void huge_set_reusable(void *p)
+{
+    block_of(p, "huge_set_reusable")->reusable = true;
+}
+
+bool huge_reusable(const void *p)
+{
+    return block_of(p, "huge_reusable")->reusable;
 }
 
 bool huge_owns(const void *p)

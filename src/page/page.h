@@ -250,6 +250,10 @@ bool huge_owns(const void *p);     /* p lies inside a live huge mapping */
  * when a cache of freed blocks (kmem/large.c) hands it out again. */
 bool huge_zeroed(const void *p);
 void huge_mark_used(void *p);
+/* Whether the object layer may keep the block for reuse when it is freed
+ * (kmem/large.c decides; false for a new block). */
+void huge_set_reusable(void *p);
+bool huge_reusable(const void *p);
 size_t huge_bytes(void);           /* usable bytes of every huge block (those kmem/large.c caches too) */
 /* Bytes before p in its mapping: the header page, and any alignment padding. */
 size_t huge_header_bytes(const void *p);
@@ -270,6 +274,10 @@ void *huge_resize(void *p, size_t size);
 /* Reclaim: give free memory back to the OS now (madvise/munmap per
  * SLABKIT_RETURN); returns bytes released. */
 size_t page_reap(void);
+
+/* Why a page allocation failed, for a report: "the OS refused more pages",
+ * or that the bounded zone (SLABKIT_ZONE_PAGES) is full. */
+const char *page_refusal(void);
 
 /* Object layers register a reclaim callback run when the page layer runs
  * short (before it reports failure): returns bytes it freed. */

@@ -79,6 +79,12 @@ extern struct region_hdr *region_list;
 extern uint64_t region_pages_held;
 /* Reserves a new region for `space` (NULL if the OS refuses); takes region_lock. */
 struct region_hdr *region_create(unsigned space);
+/* A bounded zone (SLABKIT_ZONE_PAGES) has no frames left to grow by. */
+bool region_zone_full(void);
+/* The end (frame index) of the frames of the new region r a back end may
+ * hand out: all of them, or what the bounded zone has left (r->r.first_page:
+ * none).  Takes region_lock. */
+uint32_t region_grant(struct region_hdr *r);
 
 /* The operations a back end offers.  All take and drop their own locks.
  * Blocks coming back have been validated by pages.c. */
@@ -110,6 +116,8 @@ struct page_backend {
      * snapshot / for return_delay_ms.  Returns pages purged now. */
     size_t (*purge)(bool all, uint64_t now);
     void (*stats)(struct slabkit_page_stats *s);
+    /* Free frames in the back end, read without its locks (a gauge). */
+    uint64_t (*free_pages)(void);
     void (*lock_all)(void);
     void (*unlock_all)(void);
     void (*reset_locks)(void);

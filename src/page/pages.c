@@ -162,6 +162,11 @@ size_t page_reap(void)
 }
 
 void page_set_reclaim_hook(size_t (*hook)(void)) { reclaim_hook = hook; }
+
+const char *page_refusal(void)
+{
+    return region_zone_full() ? "the zone is full (SLABKIT_ZONE_PAGES)" : "the OS refused more pages";
+}
 void page_set_tick_hook(void (*hook)(uint64_t now)) { tick_hook = hook; }
 
 /* ---- allocation -------------------------------------------------------- */
@@ -429,8 +434,8 @@ SK_API void *kmem_pages_alloc(unsigned order, int flags)
     void *p = page_alloc(order, flags);
     if (unlikely(!p)) {
         if (!(flags & KM_NOSLEEP))
-            sk_fatal("kmem_pages_alloc: out of memory: the OS refused %zu bytes (order %u) and "
-                     "KM_SLEEP cannot fail", PAGE_SIZE << order, order);
+            sk_fatal("kmem_pages_alloc: out of memory: %s, no free block of %zu bytes (order %u) and "
+                     "KM_SLEEP cannot fail", page_refusal(), PAGE_SIZE << order, order);
         return NULL;
     }
     page_desc_of(p)->kind = PAGE_PAGES;
@@ -478,11 +483,25 @@ SK_API void slabkit_page_stats(struct slabkit_page_stats *out)
     out->huge_bytes = __atomic_load_n(&huge_live_bytes, __ATOMIC_RELAXED);
 }
 
+SK_API uint64_t slabkit_pages_in_use(void)
+{
+    page_init();
+    uint64_t lazy = 0;
+    lock_acquire(&thread_list_lock);
+    for (struct sk_thread *t = thread_list; t; t = t->next)
+        lazy += __atomic_load_n(&t->pcp_count, __ATOMIC_RELAXED);
+    lock_release(&thread_list_lock);
+    uint64_t held = __atomic_load_n(&region_pages_held, __ATOMIC_RELAXED), idle = page_be->free_pages() + lazy;
+    return held > idle ? held - idle : 0;    /* racy reads: never below zero */
+}
+
 void page_stats_print(int fd)
 {
     struct slabkit_page_stats s;
     slabkit_page_stats(&s);
     sk_dprintf(fd, "page layer: %s (lazy list batch %u, high %u)\n", page_be->name, PCP_BATCH, pcp_high);
+    if (sk_opt.zone_pages)
+        sk_dprintf(fd, "  a bounded zone of %llu frames (SLABKIT_ZONE_PAGES)\n", (unsigned long long)sk_opt.zone_pages);
     sk_dprintf(fd, "  held %llu pages (%llu KiB), free %llu, lazy %llu, returned %llu (cumulative)\n",
                (unsigned long long)s.pages_held, (unsigned long long)(s.pages_held * 4),
                (unsigned long long)s.pages_free, (unsigned long long)s.pages_lazy,

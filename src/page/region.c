@@ -3,7 +3,13 @@
  * its region base | MAP_REGION (or to a huge mapping's header, untagged), so
  * page_desc_of() is one load.  Regions are never unmapped (their descriptors
  * may be read by a racing page_desc_of); free memory inside them is purged
- * instead.  region_lock serialises creation and the list of regions. */
+ * instead.  region_lock serialises creation and the list of regions.
+ *
+ * A bounded zone (SLABKIT_ZONE_PAGES, as a kernel zone has a fixed number of
+ * page frames) caps the frames the back ends grow by: region_grant gives a
+ * new region's frames only up to what the zone has left, and growth fails
+ * once it has none (region_zone_full), so a request no free block can meet
+ * fails instead of finding fresh memory. */
 #include "page_int.h"
 #include "../os/os.h"
 #include "../core/report.h"
@@ -12,6 +18,27 @@ uintptr_t region_map[REGION_MAP_LEN];
 struct sk_lock region_lock = SK_LOCK_INIT;
 struct region_hdr *region_list;
 uint64_t region_pages_held;
+static uint64_t zone_granted;      /* frames given to the back ends, under region_lock */
+
+bool region_zone_full(void)
+{
+    return sk_opt.zone_pages && __atomic_load_n(&zone_granted, __ATOMIC_RELAXED) >= sk_opt.zone_pages;
+}
+
+uint32_t region_grant(struct region_hdr *r)
+{
+    uint32_t usable = REGION_PAGES - r->r.first_page, n = usable;
+    lock_acquire(&region_lock);
+    if (sk_opt.zone_pages) {
+        uint64_t left = sk_opt.zone_pages > zone_granted ? sk_opt.zone_pages - zone_granted : 0;
+        if (n > left)
+            n = (uint32_t)left;
+        region_pages_held -= usable - n;   /* the rest of the region is never handed out */
+    }
+    __atomic_store_n(&zone_granted, zone_granted + n, __ATOMIC_RELAXED);
+    lock_release(&region_lock);
+    return r->r.first_page + n;
+}
 
 struct region_hdr *region_create(unsigned space)
 {

@@ -3,6 +3,8 @@ slabkit.env finds it: SLABKIT_BUILD, which tests/run.py sets, else the build
 whose environment runs pytest) and the slabkit command line.  The tests run
 in the build's Python environment, where the slabkit package is installed."""
 import os
+import re
+import subprocess
 
 import pytest
 
@@ -38,6 +40,16 @@ def lib(build):
     if not os.path.exists(so):
         pytest.skip(f"{so} is not built")
     return so
+
+
+def callgrind_instructions(cmd, env):
+    """Instructions cmd executes under callgrind (exact, not a timing)."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + cmd,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = re.search(r"refs:\s*([\d,]+)", out.stderr)
+    assert m, out.stderr[-2000:]
+    return int(m.group(1).replace(",", ""))
 
 
 # --- The real programs of slabkit.programs (test_real_programs.py,

@@ -10,13 +10,12 @@ about 7% (docs/benchmarks-malloc.md has the history): malloc+free through
 libslabkit.so per design, and kmem_cache_alloc+free / kmem_alloc+kmem_free
 with the core linked statically."""
 import os
-import re
 import shutil
 import subprocess
 
 import pytest
 
-from conftest import clean_env
+from conftest import callgrind_instructions, clean_env
 
 pytestmark = pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 
@@ -54,18 +53,9 @@ MID_SIZE, MID_BUDGET = 4104, 81     # a page and a header: the 1..32 KiB inline 
 KMEM_BUDGET = {"kmem_cache_alloc+free": (0, 70), "kmem_alloc+kmem_free": (1, 88)}
 
 
-def instructions(cmd, env):
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + cmd,
-                         env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    m = re.search(r"refs:\s*([\d,]+)", out.stderr)
-    assert m, out.stderr[-2000:]
-    return int(m.group(1).replace(",", ""))
-
-
 def per_iteration(cmd, env, extra=()):
-    small = instructions(cmd + ["100000", *extra], env)
-    large = instructions(cmd + ["200000", *extra], env)
+    small = callgrind_instructions(cmd + ["100000", *extra], env)
+    large = callgrind_instructions(cmd + ["200000", *extra], env)
     return (large - small) / 100000
 
 

@@ -5,7 +5,8 @@
  * through Bonwick's interface (kmem_cache_*, kmem_alloc/zalloc/free,
  * kmem_reap), run by tests/run.py over every design and both page allocators.
  * It asserts only the common contract: constructed state kept byte for byte,
- * ctor/dtor balance, alignment, contents and no overlap over all sizes,
+ * ctor/dtor balance, a working set never constructed twice (construction at
+ * slab creation only; SLOB may construct per allocation), alignment, contents and no overlap over all sizes,
  * statistics after threads hand their state back, reclaim, KM_NOSLEEP, and
  * every bad-input report (in child processes). */
 #include <errno.h>
@@ -57,6 +58,12 @@ static void dtor_pattern(void *buf, size_t size)
     atomic_fetch_add(&n_dtor, 1);
 }
 
+static void find_reuse_stats(const struct slabkit_cache_stats *st, void *arg)
+{
+    if (strcmp(st->name, "test_reuse") == 0)
+        *(struct slabkit_cache_stats *)arg = *st;
+}
+
 static void test_constructed_state(void)
 {
     static const size_t sizes[] = { 1, 8, 13, 24, 64, 100, 200, 256, 500, 512, 1000, 2048, 3000, 4096, 9000 };
@@ -91,6 +98,49 @@ static void test_constructed_state(void)
               size, (long)atomic_load(&dtor_bad));
         free(objs);
     }
+}
+
+/* Bonwick's promise, in every caching design: a working set of objects
+ * allocated, freed and allocated again is never constructed twice -- the
+ * constructor runs once per buffer when its slab is made (SLAB, SLUB, SLQB
+ * keep the freed objects in magazines, cpu slabs and partial slabs, LIFO
+ * queues), so the count stays at the buffers the slabs hold.  SLOB keeps no
+ * constructed objects and may construct on every allocation. */
+static void test_constructed_reuse(void)
+{
+    bool slob = strcmp(slabkit_design(), "slob") == 0;
+    atomic_store(&n_ctor, 0);
+    atomic_store(&n_dtor, 0);
+    kmem_cache_t *cp = kmem_cache_create("test_reuse", 64, 0, ctor_pattern, dtor_pattern);
+    REQUIRE(cp);
+    enum { N = 200, CYCLES = 10 };
+    void *objs[N];
+    long built = 0;
+    for (int cycle = 0; cycle < CYCLES; cycle++) {
+        for (int i = 0; i < N; i++)
+            objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        if (cycle == 0)
+            built = atomic_load(&n_ctor);
+        for (int i = 0; i < N; i++)
+            kmem_cache_free(cp, objs[(i * 7) % N]);
+    }
+    long ctors = atomic_load(&n_ctor);
+    if (slob) {
+        CHECK(ctors >= N, "slob: constructed %ld times for %d allocations a cycle", ctors, N);
+    } else {
+        struct slabkit_cache_stats st;
+        memset(&st, 0, sizeof st);
+        slabkit_cache_foreach(find_reuse_stats, &st);
+        CHECK(ctors == built, "%ld objects constructed again over %d allocate-free cycles of %d",
+              ctors - built, CYCLES - 1, N);
+        CHECK(ctors == (long)st.num_objs, "constructed %ld times for %lu buffers in slabs (once each, at "
+              "slab creation)", ctors, (unsigned long)st.num_objs);
+        CHECK(atomic_load(&n_dtor) == 0, "destructed %ld objects while the cache caches them",
+              atomic_load(&n_dtor));
+    }
+    kmem_cache_destroy(cp);
+    CHECK(atomic_load(&n_ctor) == atomic_load(&n_dtor), "destroy: ctor %ld dtor %ld", atomic_load(&n_ctor),
+          atomic_load(&n_dtor));
 }
 
 /* --- Alignment ------------------------------------------------------------------- */
@@ -709,6 +759,7 @@ int main(void)
     printf("design %s, pages %s\n", slabkit_design(), slabkit_page_allocator());
     test_generic_first_use();
     test_constructed_state();
+    test_constructed_reuse();
     test_alignment();
     test_kmem_alloc_sizes();
     test_no_overlap();

@@ -5,7 +5,8 @@
  * alignment, contents stamped and verified, statistics equal to the model's
  * live counts; coalescing back to the largest blocks without growing; iBuddy
  * frames never split/merge; multi-page rounds reuse their frames (footprint);
- * a constructed fragmentation event; bad frees
+ * a constructed fragmentation event; free blocks per order equal to the
+ * maximal aligned runs of the frames freed; bad frees
  * reported and aborted in children; exhaustion under RLIMIT_AS. */
 #include <errno.h>
 #include <sys/resource.h>
@@ -221,20 +222,34 @@ static void test_ibuddy_frames(void)
           (long long)(b.pages_free - c.pages_free));
     kmem_pages_free(p, 3);
     struct slabkit_page_stats d = stats();
-    CHECK(d.splits == c.splits + 1 && d.pages_free == b.pages_free, "freeing it gives 8 frames back");
+    CHECK(d.pages_free == b.pages_free, "freeing it gives 8 frames back");
+    page_reap();                   /* the block, kept whole for the next order-3 request, dissolves */
+    d = stats();
+    CHECK(d.splits == c.splits + 1, "the block dissolved into frames once (splits %llu->%llu)",
+          (unsigned long long)c.splits, (unsigned long long)d.splits);
+}
+
+/* Every free frame of the layer taken as a single page (after a reap: none
+ * left on the lazy list); their number in *n, the statistics before in *s. */
+static char **take_all_free(uint64_t *n, struct slabkit_page_stats *s)
+{
+    page_reap();
+    *s = stats();
+    *n = s->pages_free + s->pages_lazy;
+    char **pages = malloc(*n * sizeof *pages);
+    for (uint64_t i = 0; i < *n; i++) {
+        pages[i] = kmem_pages_alloc(0, KM_NOSLEEP);
+        REQUIRE(pages[i] != NULL);
+    }
+    return pages;
 }
 
 /* Free every other page of a fully used back end: plenty free, no pair. */
 static void test_fragmentation_event(void)
 {
-    page_reap();
-    struct slabkit_page_stats s = stats();
-    uint64_t n = s.pages_free + s.pages_lazy;
-    char **pages = malloc(n * sizeof *pages);
-    for (uint64_t i = 0; i < n; i++) {
-        pages[i] = kmem_pages_alloc(0, KM_NOSLEEP);
-        REQUIRE(pages[i] != NULL);
-    }
+    struct slabkit_page_stats s;
+    uint64_t n;
+    char **pages = take_all_free(&n, &s);
     struct slabkit_page_stats t = stats();
     CHECK(t.pages_held == s.pages_held, "taking the free pages should not grow");
     CHECK(t.pages_free == 0, "%llu pages still free in the back end", (unsigned long long)t.pages_free);
@@ -262,6 +277,86 @@ static void test_fragmentation_event(void)
     for (uint64_t i = 0; i < n; i++)
         if (pages[i])
             kmem_pages_free(pages[i], 0);
+    free(pages);
+    page_reap();
+}
+
+/* Free blocks per order, as a buddy system holds them: maximal aligned runs
+ * of free frames.  Every free frame is taken, then random runs of frames
+ * (lengths 1..300, so every order up to 8 forms) go back; the counts must
+ * equal a brute-force count over the frames freed.  The buddy coalesces to
+ * exactly these blocks; the iBuddy counts them from its bitmaps a word at a
+ * time (the statistics once split every max-order block recursively, fine
+ * but 10x dearer). */
+static void count_maximal(const uint8_t *is_free, size_t idx, unsigned order,
+                          uint64_t *out)
+{
+    size_t n = (size_t)1 << order;
+    bool all = true;
+    for (size_t i = 0; i < n && all; i++)
+        all = is_free[idx + i];
+    if (all) {
+        out[order]++;
+        return;
+    }
+    if (order == 0)
+        return;
+    count_maximal(is_free, idx, order - 1, out);
+    count_maximal(is_free, idx + n / 2, order - 1, out);
+}
+
+static void test_free_per_order(void)
+{
+    struct slabkit_page_stats s;
+    uint64_t n;
+    char **pages = take_all_free(&n, &s);
+    REQUIRE(stats().pages_free == 0, "free pages left after taking them all");
+    /* Per region, which frames were freed. */
+    enum { NREG = 16 };
+    uintptr_t bases[NREG];
+    uint8_t *freed[NREG];
+    int nreg = 0;
+    uint64_t rng = 77, nfreed = 0;
+    for (uint64_t i = 0; i < n;) {
+        uint64_t len = 1 + test_rand(&rng) % 300;
+        bool give = test_rand(&rng) & 1;
+        for (uint64_t k = 0; k < len && i < n; k++, i++) {
+            if (!give)
+                continue;
+            uintptr_t base = (uintptr_t)pages[i] & ~(REGION_SIZE - 1);
+            int r = 0;
+            while (r < nreg && bases[r] != base)
+                r++;
+            if (r == nreg) {
+                REQUIRE(nreg < NREG, "too many regions");
+                bases[nreg] = base;
+                freed[nreg++] = calloc(REGION_PAGES, 1);
+            }
+            freed[r][((uintptr_t)pages[i] - base) >> PAGE_SHIFT] = 1;
+            kmem_pages_free(pages[i], 0);
+            pages[i] = NULL;
+            nfreed++;
+        }
+    }
+    page_reap();                   /* the lazy list's frames into the back end */
+    uint64_t want[MAX_ORDER + 1] = { 0 };
+    for (int r = 0; r < nreg; r++)
+        for (size_t idx = 0; idx < REGION_PAGES; idx += (size_t)1 << MAX_ORDER)
+            count_maximal(freed[r], idx, MAX_ORDER, want);
+    struct slabkit_page_stats t = stats();
+    CHECK(t.pages_free == nfreed, "%llu frames freed, %llu free", (unsigned long long)nfreed,
+          (unsigned long long)t.pages_free);
+    for (unsigned o = 0; o <= MAX_ORDER; o++)
+        CHECK(t.free_per_order[o] == want[o], "order %u: %llu free blocks counted, %llu maximal aligned runs", o,
+              (unsigned long long)t.free_per_order[o], (unsigned long long)want[o]);
+    CHECK(slabkit_pages_in_use() == t.pages_held - t.pages_free - t.pages_lazy,
+          "slabkit_pages_in_use %llu, statistics say %llu", (unsigned long long)slabkit_pages_in_use(),
+          (unsigned long long)(t.pages_held - t.pages_free - t.pages_lazy));
+    for (uint64_t i = 0; i < n; i++)
+        if (pages[i])
+            kmem_pages_free(pages[i], 0);
+    for (int r = 0; r < nreg; r++)
+        free(freed[r]);
     free(pages);
     page_reap();
 }
@@ -472,5 +567,6 @@ int main(void)
     test_bad_input();
     test_exhaustion();
     test_fragmentation_event();
+    test_free_per_order();
     return test_done();
 }

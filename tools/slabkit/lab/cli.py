@@ -95,7 +95,7 @@ def cmd_bench(args):
     cands = A.candidates(ROOT, build, full=full, user=args.allocator or [])
     # The suite compares slabkit's default design with glibc and the peers
     # (--full: every design and page allocator; --allocators: any choice).
-    default = f"glibc,{A.DEFAULT_DESIGN}+{A.DEFAULT_PAGES},{','.join(A.EXTERNAL)}"
+    default = f"glibc,{A.DEFAULT_DESIGN}+{A.DEFAULT_PAGES},{','.join(A.PEERS)}"
     allocs = A.select(cands, args.allocators or (default if suite and not full else None), ROOT, build)
     if args.allocator and args.allocators:         # named by path: always in
         for spec in args.allocator:

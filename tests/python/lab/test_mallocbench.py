@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from slabkit import trace
+from slabkit.lab import trace
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from slabkit import workloads as W
+from slabkit.lab import workloads as W
 
 
 @pytest.mark.parametrize("name", list(W.STANDARD))
