@@ -62,6 +62,32 @@ static void test_miss_shrinks_larger(void)
     kmem_free(q, 33 * PAGE);
 }
 
+/* A buffer growing by doubling leaves one freed block of each size behind:
+ * a request that misses gives back those under half its size (kept, they
+ * only kept the page layer from coalescing them), and keeps the rest. */
+static void test_outgrown_given_back(void)
+{
+    cache_reap_all_urgent();
+    size_t sizes[] = { 40 * PAGE, 80 * PAGE, 160 * PAGE };
+    void *prev = NULL;
+    for (int i = 0; i < 3; i++) {
+        void *p = kmem_alloc(sizes[i], KM_SLEEP);
+        memset(p, i, sizes[i]);
+        if (prev)
+            kmem_free(prev, sizes[i - 1]);
+        prev = p;
+    }
+    /* The 160-page request gave the 40-page block back (under half of it),
+     * not the 80-page one. */
+    size_t kept = large_cache_bytes();
+    CHECK(kept == large_pages_round(80) * PAGE, "%zu bytes cached: the 80-page block alone should be", kept);
+    void *big = kmem_alloc(200 * PAGE, KM_SLEEP);   /* a miss: 80 pages are under half of it */
+    CHECK(large_cache_bytes() == 0, "%zu bytes of blocks under half a missed request still cached", large_cache_bytes());
+    kmem_free(prev, sizes[2]);
+    kmem_free(big, 200 * PAGE);
+    CHECK(large_cache_bytes() >= 160 * (size_t)PAGE, "blocks freed afterwards not kept (%zu bytes)", large_cache_bytes());
+}
+
 /* A block realloc resized in place is never kept: its frees would fill the
  * cache with blocks no request asks for (a buffer grown to a class size at
  * every round). */
@@ -307,6 +333,7 @@ int main(void)
     test_rounding();
     test_reuse();
     test_resized_not_kept();
+    test_outgrown_given_back();
     test_miss_shrinks_larger();
     test_bound_and_flush();
     test_timed_return();
