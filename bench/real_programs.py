@@ -17,7 +17,6 @@ by another, it starts itself again there):
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -53,13 +52,11 @@ def allocators(build, designs, pages):
 
 
 def measure(prog, env):
-    """Wall time and peak RSS (max over children, KiB) of one run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall time and peak RSS (KiB: what the launcher saw of every command
+    the program ran, or what the program measured itself) of one run."""
     t0 = time.perf_counter()
     _, rss = prog["run"](env)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, rss if rss else after if after > before else None
+    return time.perf_counter() - t0, rss
 
 
 def main():
@@ -73,14 +70,18 @@ def main():
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
+    launcher = os.path.join(build, "bench", "standard", "rusage")
+    if not os.path.exists(launcher):
+        sys.exit(f"bench/real_programs.py: no {launcher}: run make first")
     work = tempfile.mkdtemp(prefix="slabkit-real-")
     progs = [p for p in P.programs(work, args.scale) if P.available(p)]
     if args.only:
         progs = [p for p in progs if p["name"] in args.only.split(",")]
     allocs, absent = allocators(build, args.designs.split(","), args.pages.split(","))
     results = {}
-    # ru_maxrss of RUSAGE_CHILDREN is a running maximum, so each measured run
-    # happens in a fresh helper process that reports its own children's peak.
+    # Each measured run happens in a fresh helper process (the allocator is
+    # set in its environment, for the programs it starts); every command runs
+    # under the launcher, which reports the command's own peak RSS.
     for prog in progs:
         for rep in range(args.repeat):
             for name, lib, extra in allocs:      # interleaved
@@ -88,7 +89,7 @@ def main():
                 env.pop("LD_PRELOAD", None)
                 if lib:
                     env["LD_PRELOAD"] = lib
-                r = subprocess.run([sys.executable, __file__, "--_one", prog["name"], work, str(args.scale)],
+                r = subprocess.run([sys.executable, __file__, "--_one", prog["name"], work, str(args.scale), launcher],
                                    env=env, capture_output=True, text=True)
                 if r.returncode != 0:
                     results.setdefault((prog["name"], name), []).append(None)
@@ -132,8 +133,8 @@ def main():
 
 
 def one():
-    name, work, scale = sys.argv[2], sys.argv[3], float(sys.argv[4])
-    prog = next(p for p in P.programs(work, scale) if p["name"] == name)
+    name, work, scale, launcher = sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+    prog = next(p for p in P.programs(work, scale, launcher) if p["name"] == name)
     print(json.dumps(measure(prog, dict(os.environ))))
 
 

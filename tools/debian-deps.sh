@@ -13,7 +13,7 @@ build-essential pkg-config cmake      # the build; make install`s pkg-config and
 python3 python3-venv                  # the build`s Python environment (tools/tools.mk)
 clang libclang-rt-dev                 # the fuzzer (tests/fuzz); clang under the debug layer (test_debug_programs.py)
 valgrind                              # the fast paths` instruction budgets (test_fastpath.py)
-sqlite3 perl tcl xz-utils git redis-server redis-tools  # the real programs (tools/slabkit/programs.py)
+sqlite3 perl tcl lua5.4 xz-utils git redis-server redis-tools  # the real programs (tools/slabkit/programs.py)
 libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0        # the peer allocators (tools/slabkit/registry.py)
 '
 

@@ -1,12 +1,18 @@
 """programs.py — the real programs run under each allocator, defined once:
 python3, sqlite3, perl, gcc, sort, xz, redis-server (+ redis-benchmark), git
-(commits, gc, fsck: many forked children) and tclsh, with the inputs they
-work on (generated into a work directory).
+(commits, gc, fsck: many forked children), tclsh and lua, with the inputs
+they work on (generated into a work directory).  The interpreters run
+allocation-heavy scripts (dicts/hashes/tables of small lists and strings,
+built, filtered, sorted).
 
 - programs(): each program as a run(env) that returns what it printed (to
   compare with glibc's) and its peak RSS when known: the real-program tests
   (tests/python/test_real_programs.py, test_debug_programs.py) and the timing
-  benchmark (bench/real_programs.py);
+  benchmark (bench/real_programs.py).  Given a launcher (the standard
+  suite's build/bench/standard/rusage), every command runs under it and the
+  peak RSS is the largest it reports: a process started straight from Python
+  inherits the Python process's peak through the exec (wait4's ru_maxrss),
+  18 MiB here, larger than sort's or git's own;
 - commands(): the programs whose work is one process (python3, sqlite3, perl,
   xz, cc1 — gcc's compiler proper, so the probe measures the process that
   allocates), as one argv each, from the same scripts: IMAS's evaluation.
@@ -19,7 +25,7 @@ import subprocess
 import tempfile
 import time
 
-NAMES = ["python3", "sqlite3", "perl", "gcc", "sort", "xz", "redis", "git", "tclsh"]
+NAMES = ["python3", "sqlite3", "perl", "gcc", "sort", "xz", "redis", "git", "tclsh", "lua"]
 
 PY_SCRIPT = r"""
 import sys
@@ -144,19 +150,41 @@ def commands(work, scale=1.0):
     return out
 
 
-def programs(work, scale=1.0):
+LAUNCHER_LINE = b"rusage: maxrss_kib="
+
+
+def programs(work, scale=1.0, launcher=None):
     """Returns a list of dicts: name, needs (executables), and run(env) ->
     (output bytes to compare, peak RSS KiB or None).  Inputs are generated in
-    `work` once."""
+    `work` once.  With a launcher, the peak RSS is the largest any command
+    of the run reported through it."""
     py = python3()
     cfile, text, tcl = inputs(work, scale)
     rows = int(200000 * scale)
+    peaks = []
 
     def run(argv, env, stdin=None, timeout=300):
-        p = subprocess.run(argv, env=env, input=stdin, capture_output=True, timeout=timeout)
+        p = subprocess.run(([launcher] if launcher else []) + argv, env=env, input=stdin, capture_output=True,
+                           timeout=timeout)
         if p.returncode != 0:
             raise RuntimeError(f"{argv[0]} exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
-        return p.stdout
+        out = p.stdout
+        if launcher:                     # its line follows the command's last byte
+            i = out.rfind(LAUNCHER_LINE)
+            kib = out[i + len(LAUNCHER_LINE):].strip() if i >= 0 else b""
+            if not kib.isdigit():
+                raise RuntimeError(f"{launcher} did not report {argv[0]}'s peak RSS")
+            peaks.append(int(kib))
+            out = out[:i]
+        return out
+
+    def measured(fn):
+        """fn's run, with the launcher's peak when fn knows none itself."""
+        def go(env):
+            peaks.clear()
+            out, rss = fn(env)
+            return out, rss if rss else max(peaks) if peaks else None
+        return go
 
     sql = sql_script(rows).encode()
 
@@ -202,7 +230,7 @@ def programs(work, scale=1.0):
                 srv.kill()
                 srv.wait()
 
-    return [
+    progs = [
         {"name": "python3", "needs": [py], "run": lambda env: (run([py, "-c", PY_SCRIPT, str(int(80000 * scale))], env), None)},
         {"name": "sqlite3", "needs": ["sqlite3"], "run": lambda env: (run(["sqlite3", ":memory:"], env, stdin=sql), None)},
         {"name": "perl", "needs": ["perl"], "run": lambda env: (run(["perl", "-e", PERL_SCRIPT, str(int(60000 * scale))], env), None)},
@@ -213,7 +241,30 @@ def programs(work, scale=1.0):
         {"name": "redis", "needs": ["redis-server", "redis-cli", "redis-benchmark"], "run": redis},
         {"name": "git", "needs": ["git"], "run": lambda env: git_repo(run, work, env, int(300 * scale))},
         {"name": "tclsh", "needs": ["tclsh"], "run": lambda env: (run(["tclsh", tcl, str(int(60000 * scale))], env), None)},
+        {"name": "lua", "needs": [LUA], "run": lambda env: (
+            run([LUA, "-e", f"N = {int(60000 * scale)}", "-e", LUA_SCRIPT], env), None)},
     ]
+    for p in progs:
+        p["run"] = measured(p["run"])
+    return progs
+
+
+LUA = "lua5.4"
+LUA_SCRIPT = r"""
+local n = N
+local t = {}
+for i = 1, n do t["k" .. i] = { i, string.rep("x", i % 50), { a = i } } end
+local s = 0
+for k, v in pairs(t) do s = s + v[1] + #v[2] end
+local l = {}
+for i = 1, n do l[#l + 1] = string.format("%08d", (i * 7919) % n) end
+table.sort(l)
+local c = {}
+for i = 1, n do local k = i % 1000; c[k] = (c[k] or 0) + 1 end
+local nc = 0
+for _ in pairs(c) do nc = nc + 1 end
+print(s, #l, l[1], l[#l], nc)
+"""
 
 
 TCL_SCRIPT = r"""
