@@ -1,8 +1,10 @@
 /* testlog.c — a test run of the shim's test mode (IMAS used system-wide).
  *
  * What a test needs is what users pay, and the kernel already keeps it for
- * the process: at exit, getrusage(RUSAGE_SELF) gives the CPU time and the
- * peak resident set (ru_maxrss); the wall time runs from the shim's start-up,
+ * the process: at exit, getrusage(RUSAGE_SELF) gives the CPU time and
+ * /proc/self/status the peak resident set of this address space (VmHWM; not
+ * ru_maxrss, into which exec folds the peak of the address space the process
+ * was forked from: a shell's, or a big server's); the wall time runs from the shim's start-up,
  * before the candidate is loaded (or, after a re-execution, from the first
  * image's), to the destructor.  Nothing is sampled inside the process: no
  * thread, no clock around calls, no table of blocks (`imas run`, measuring
@@ -37,6 +39,16 @@ static void put_nullable(struct sbuf *b, const char *s)
         sb_str(b, "null");
 }
 
+/* VmHWM in bytes, or 0. */
+static uint64_t peak_rss(void)
+{
+    static char status[8192];
+    if (!imas_read_file("/proc/self/status", status, sizeof status, false))
+        return 0;
+    const char *p = strstr(status, "\nVmHWM:");
+    return p ? imas_parse_u64(p + 8, NULL) * 1024 : 0;
+}
+
 static void write_log(bool final)
 {
     struct rusage ru;
@@ -65,7 +77,7 @@ static void write_log(bool final)
     sb_str(&b, ", \"sys\": ");
     sb_fixed(&b, ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6, 6);
     sb_str(&b, ", \"rss_peak\": ");
-    sb_u64(&b, (uint64_t)ru.ru_maxrss * 1024);
+    sb_u64(&b, final ? peak_rss() : 0);
     sb_str(&b, ", \"rss_mean\": null, \"exit_status\": null, \"requested\": null}\n");
     if (!b.overflow)
         imas_write_atomic(t.path, buf, b.len);

@@ -4,7 +4,10 @@ it (ARCHITECTURE.md section 7):
 - wall time: the parent's monotonic clock from before the fork to the exit;
 - CPU time and peak resident set: the kernel's accounting, from wait4 — the
   process and every descendant it waited for; ru_maxrss is the largest
-  resident set any of them reached (exact: no sample can miss the peak);
+  resident set any of them reached (exact: no sample can miss the peak).
+  The command is started by <build>/libexec/slabkit-spawn (tools/spawn),
+  which waits for it and passes those figures on: started from Python, a
+  child's ru_maxrss would include Python's own peak, which exec folds in;
 - mean resident set: the process tree's resident pages (/proc/PID/statm),
   sampled by a thread of the parent and weighted by time;
 - requested bytes (only with a probe page, `page=`): the live requested bytes
@@ -17,6 +20,7 @@ has stopped (waitid with WNOWAIT), so a sample never reads a recycled pid.
 """
 import mmap
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -25,6 +29,7 @@ import threading
 import time
 
 from . import metrics
+from .env import build_dir
 
 PAGE_FORMAT = "<8sIiQQQ"            # magic, version, pid, live, peak, own (struct probe_page)
 PAGE_MAGIC = b"IMASPAGE"
@@ -51,12 +56,19 @@ class Measurement:
                 "rss_mean": self.rss_mean, "exit_status": self.status}
 
 
-def tree_rss(pid):
+def spawner():
+    """The helper that starts measured commands, or None when it is not built."""
+    path = os.path.join(build_dir(), "libexec", "slabkit-spawn")
+    return path if os.access(path, os.X_OK) else None
+
+
+def tree_rss(pid, skip_self=False):
     """Resident bytes of a process and its descendants (statm: anonymous, file
     and shared pages, as ru_maxrss counts them), or None once it has exited
-    (a zombie has no pages: not a sample)."""
+    (a zombie has no pages: not a sample).  skip_self: without pid itself
+    (the spawn helper)."""
     total = 0
-    for p in metrics.descendants(pid):
+    for p in metrics.descendants(pid)[1 if skip_self else 0:]:
         try:
             with open(f"/proc/{p}/statm", "rb") as f:
                 total += int(f.read().split()[1]) * _PAGESIZE
@@ -87,6 +99,15 @@ class ProbePage:
             pass
 
 
+def kill_tree(pid):
+    """SIGKILL to a process and its descendants, the youngest first."""
+    for p in reversed(metrics.descendants(pid)):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def _interval(t):
     """Sampling period: dense while short runs are still short, then sparser."""
     return 0.005 if t < 0.5 else min(0.05, t / 100)
@@ -104,25 +125,33 @@ def run(argv, env=None, stdin=None, stdout=None, stderr=None, timeout=None, fifo
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(fifo))
 
     samples, stop = [], threading.Event()
+    helper = spawner()
+    rfd, wfd = os.pipe() if helper else (None, None)
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                            preexec_fn=prepare if fifo else None, start_new_session=new_session)
+    try:
+        proc = subprocess.Popen([helper, str(wfd)] + list(argv) if helper else argv, env=env, stdin=stdin,
+                                stdout=stdout, stderr=stderr, preexec_fn=prepare if fifo else None,
+                                start_new_session=new_session, pass_fds=(wfd,) if helper else ())
+    except OSError:
+        if helper:
+            os.close(rfd)
+        raise
+    finally:
+        if helper:
+            os.close(wfd)
     timed_out = []
 
     def sample():
         while not stop.is_set():
             t = time.monotonic() - t0
-            rss = tree_rss(proc.pid)
+            rss = tree_rss(proc.pid, skip_self=bool(helper))
             req = page.read() if page else None
             samples.append((t, rss, req[0] if req else None))
             if len(samples) > max_samples:
                 del samples[::2]
             if timeout is not None and t > timeout and not timed_out:
                 timed_out.append(t)
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL) if new_session else proc.kill()
-                except OSError:
-                    pass
+                kill_tree(proc.pid)
             stop.wait(_interval(t))
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -134,7 +163,7 @@ def run(argv, env=None, stdin=None, stdout=None, stderr=None, timeout=None, fifo
                 driver(proc)
             except BaseException as e:      # the process must still be ended and reaped
                 failure = e
-                proc.kill()
+                kill_tree(proc.pid)
         while True:
             try:
                 os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
@@ -147,17 +176,24 @@ def run(argv, env=None, stdin=None, stdout=None, stderr=None, timeout=None, fifo
         sampler.join()
     _, status, ru = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    pid, user, sys_, maxrss = proc.pid, ru.ru_utime, ru.ru_stime, ru.ru_maxrss
+    if helper:
+        line = os.read(rfd, 200).decode().split() if select.select([rfd], [], [], 0)[0] else []
+        os.close(rfd)
+        if len(line) == 6:          # else the helper itself was killed: its own figures
+            pid, proc.returncode, wall = int(line[0]), int(line[1]), float(line[2])
+            user, sys_, maxrss = float(line[3]), float(line[4]), int(line[5])
     if failure:
         raise failure
     req = page.read() if page else None
     if req:                         # the last figures: a run shorter than one sampling period has them only
         samples.append((wall, None, req[0]))
     weighted = lambda i: time_weighted_mean([(t, s[i]) for t, *s in samples])
-    rss_peak = ru.ru_maxrss * 1024
+    rss_peak = maxrss * 1024
     return Measurement(
         # A run shorter than one sampling period has no sample: its peak is the best estimate.
-        wall=wall, user=ru.ru_utime, sys=ru.ru_stime, rss_peak=rss_peak,
-        rss_mean=weighted(0) or rss_peak, status=proc.returncode, timed_out=bool(timed_out), pid=proc.pid,
+        wall=wall, user=user, sys=sys_, rss_peak=rss_peak,
+        rss_mean=weighted(0) or rss_peak, status=proc.returncode, timed_out=bool(timed_out), pid=pid,
         samples=[[round(t, 4), r, q] for t, r, q in samples],
         requested_peak=req[1] if req else None, requested_mean=weighted(1) if page else None)
 

@@ -123,7 +123,7 @@ def test_symlink_refused(home, tmp_path):
     os.symlink(str(target), os.path.join(home.spool, "link.json"))
     with dbm.open_db(home) as d:
         _, counts = daemon.scan(home, d, candidates.load(home))
-        assert counts == {"folded": 0, "bad": 1, "waiting": 0}
+        assert counts == {"folded": 0, "bad": 1, "waiting": 0, "gone": 0}
         assert d.programs() == []
     assert target.exists()                      # the target itself is untouched
 

@@ -151,7 +151,8 @@ def plan_for(db, program, cands, settings, now=None):
     if not need and ranking:
         need = [a for a in names if a in ranking.undecided and n[a] < settings.max_tests]
         why = "leaders within noise"
-    due = [a for a in need if now - last[a] >= settings.retest_interval]
+    # (a run folded while this plan was made may have started after `now`)
+    due = [a for a in need if not settings.retest_interval or now - last[a] >= settings.retest_interval]
     if due:
         nxt = min(due, key=lambda a: (n[a], names.index(a)))
         return Plan(program, "test", next=nxt, ranking=ranking, **info,
@@ -255,10 +256,13 @@ def _pid_alive(pid):
 
 def fold(layout, db, cands, path):
     """Folds one record file: ("folded", its program key), ("bad", None) when
-    it was moved aside, or ("waiting", None) while its process still runs.
+    it was moved aside, ("waiting", None) while its process still runs, or
+    ("gone", None) when someone else folded it first.
     Raises DbError (the file stays for the next scan)."""
     try:
         log = logs.load(path)
+    except logs.Gone:
+        return "gone", None          # `imas run` or another imasd folded it meanwhile
     except logs.LogError as e:
         move_bad(layout, path, str(e))
         return "bad", None
@@ -285,7 +289,7 @@ def fold(layout, db, cands, path):
 
 def scan(layout, db, cands):
     """One pass over the spool.  Returns (programs touched, counts)."""
-    touched, counts = set(), {"folded": 0, "bad": 0, "waiting": 0}
+    touched, counts = set(), {"folded": 0, "bad": 0, "waiting": 0, "gone": 0}
     try:
         listing = os.listdir(layout.spool)
     except OSError as e:
@@ -364,7 +368,11 @@ def serve(layout, overrides, quiet):
             last_all = time.time() if everything else last_all
             said = None
         except DbError as e:
-            rebuild(layout, str(e))
+            if e.unusable:
+                rebuild(layout, str(e))
+            elif str(e) != said:
+                warn(f"{e}; trying again")
+                said = str(e)
         except (ImasError, OSError) as e:
             if str(e) != said:      # say it once, not every scan
                 warn(f"{e}; serving the decisions already written")
@@ -394,6 +402,8 @@ def main(argv=None):
             try:
                 run_once(layout, Settings(layout, **overrides), quiet=args.quiet)
             except DbError as e:
+                if not e.unusable:
+                    raise
                 rebuild(layout, str(e))
                 run_once(layout, Settings(layout, **overrides), quiet=args.quiet)
             return 0

@@ -39,13 +39,21 @@ CREATE TABLE IF NOT EXISTS marks (
     PRIMARY KEY (program, allocator, kind));
 CREATE TABLE IF NOT EXISTS programs (
     program TEXT PRIMARY KEY, pinned TEXT, first_seen REAL);
-PRAGMA application_id = {APPLICATION_ID};
-PRAGMA user_version = {VERSION};
 """
 
 
 class DbError(Exception):
-    """The database cannot be used: one line saying why."""
+    """The database cannot be used: one line saying why.  unusable: it is not
+    an IMAS database of this version, or is corrupt (moving it aside is the
+    cure), as opposed to a passing condition (locked, a full disk)."""
+
+    def __init__(self, msg, unusable=True):
+        super().__init__(msg)
+        self.unusable = unusable
+
+
+def _error(path, e):
+    return DbError(f"{path}: {e}", unusable=not isinstance(e, sqlite3.OperationalError))
 
 
 class Db:
@@ -56,24 +64,42 @@ class Db:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
             self.c = sqlite3.connect(path, timeout=30, isolation_level=None)
             self._check()
+        except sqlite3.OperationalError as e:
+            raise _error(path, e)
         except sqlite3.DatabaseError as e:
             raise DbError(f"{path}: not a usable IMAS database ({e})")
         except OSError as e:
             raise DbError(f"{path}: {e.strerror}")
 
     def _check(self):
-        app = self.c.execute("PRAGMA application_id").fetchone()[0]
-        ver = self.c.execute("PRAGMA user_version").fetchone()[0]
-        tables = self.c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if tables and app != APPLICATION_ID:
-            raise DbError(f"{self.path}: an SQLite database, but not IMAS's")
-        if tables and ver != VERSION:
-            raise DbError(f"{self.path}: an IMAS database of version {ver}, this IMAS reads version {VERSION}")
+        """Checks what the file is and creates the schema, in one transaction:
+        many processes may open a new database at once."""
         self.c.execute("PRAGMA journal_mode=WAL")
-        self.c.executescript(SCHEMA)
+        with self.c:
+            self.c.execute("BEGIN IMMEDIATE")
+            app = self.c.execute("PRAGMA application_id").fetchone()[0]
+            ver = self.c.execute("PRAGMA user_version").fetchone()[0]
+            tables = self.c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if tables and app != APPLICATION_ID:
+                raise DbError(f"{self.path}: an SQLite database, but not IMAS's")
+            if tables and ver != VERSION:
+                raise DbError(f"{self.path}: an IMAS database of version {ver}, this IMAS reads version {VERSION}")
+            if not tables:
+                for stmt in SCHEMA.split(";"):
+                    if stmt.strip():
+                        self.c.execute(stmt)
+                self.c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                self.c.execute(f"PRAGMA user_version = {VERSION}")
 
     def close(self):
         self.c.close()
+
+    def _q(self, sql, args=()):
+        """A query's cursor; an unusable database is a DbError."""
+        try:
+            return self.c.execute(sql, args)
+        except sqlite3.DatabaseError as e:
+            raise _error(self.path, e)
 
     def __enter__(self):
         return self
@@ -88,7 +114,7 @@ class Db:
                 self.c.execute("BEGIN IMMEDIATE")
                 return [self.c.execute(sql, args).rowcount for sql, args in statements]
         except sqlite3.DatabaseError as e:
-            raise DbError(f"{self.path}: {e}")
+            raise _error(self.path, e)
 
     # -- tests -----------------------------------------------------------------
     def add_test(self, uid, program, allocator, when, source, fig, final=True):
@@ -105,7 +131,7 @@ class Db:
     def tests(self, program, allocator=None):
         """The runs of a program (oldest first), as dicts."""
         sql = "SELECT * FROM tests WHERE program=?" + (" AND allocator=?" if allocator else "") + " ORDER BY time"
-        cur = self.c.execute(sql, (program, allocator) if allocator else (program,))
+        cur = self._q(sql, (program, allocator) if allocator else (program,))
         cols = [d[0] for d in cur.description]
         return [dict(zip(cols, r)) for r in cur.fetchall()]
 
@@ -116,12 +142,12 @@ class Db:
                      ("INSERT OR IGNORE INTO programs(program, first_seen) VALUES (?,?)", (program, when))])
 
     def profile(self, program):
-        cur = self.c.execute("SELECT * FROM profiles WHERE program=?", (program,))
+        cur = self._q("SELECT * FROM profiles WHERE program=?", (program,))
         row = cur.fetchone()
         return dict(zip([d[0] for d in cur.description], row)) if row else None
 
     def programs(self):
-        return [r[0] for r in self.c.execute(
+        return [r[0] for r in self._q(
             "SELECT program FROM programs UNION SELECT program FROM tests "
             "UNION SELECT program FROM marks ORDER BY 1")]
 
@@ -137,8 +163,7 @@ class Db:
     def marks(self, program):
         """{allocator: [(kind, detail, time)]}"""
         out = {}
-        for a, k, d, t in self.c.execute(
-                "SELECT allocator, kind, detail, time FROM marks WHERE program=?", (program,)):
+        for a, k, d, t in self._q("SELECT allocator, kind, detail, time FROM marks WHERE program=?", (program,)):
             out.setdefault(a, []).append((k, d, t))
         return out
 
@@ -147,7 +172,7 @@ class Db:
         self._write([self._touch(program), ("UPDATE programs SET pinned=? WHERE program=?", (allocator, program))])
 
     def pinned(self, program):
-        r = self.c.execute("SELECT pinned FROM programs WHERE program=?", (program,)).fetchone()
+        r = self._q("SELECT pinned FROM programs WHERE program=?", (program,)).fetchone()
         return r[0] if r else None
 
     def reset(self, program=None):

@@ -33,6 +33,10 @@ class LogError(Exception):
     pass
 
 
+class Gone(LogError):
+    """The record went away meanwhile: another folder took it."""
+
+
 def _num(v, what, lo=0, hi=BIG):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise LogError(f"{what}: not a finite number")
@@ -63,6 +67,8 @@ def read_private(path, max_bytes=MAX_BYTES):
     oversized files (checked on the open descriptor: no race with a rename)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise Gone("gone")
     except OSError as e:
         raise LogError(f"cannot open ({e.strerror}; symlinks are refused)")
     try:
