@@ -419,7 +419,7 @@ def main(argv=None):
 def unit_text(imasd=None):
     """The systemd user unit, with this imasd's path (make install writes it)."""
     from importlib import resources
-    imasd = imasd or os.path.realpath(sys.argv[0])
+    imasd = imasd or os.path.abspath(sys.argv[0])
     text = resources.files("slabkit.imas").joinpath("imasd.service").read_text()
     return text.replace("@IMASD@", imasd)
 
