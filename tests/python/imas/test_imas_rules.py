@@ -109,49 +109,39 @@ def add(d, program, alloc, when, cpu, rss=100 * MB, final=True, wall=1.0):
     d.add_test(f"u-{alloc}-{when}", program, alloc, when, "run", fig, final)
 
 
-def test_first_tests_then_select(layout, prog):
-    cs = cands3()
-    with dbm.open_db(layout) as d:
-        seen = []
-        for i in range(20):
-            p = daemon.plan_for(d, prog, cs, S(), now=1000 + i * 1000)
-            if p.mode != "test":
-                break
-            seen.append(p.next)
-            add(d, prog, p.next, 1000 + i * 1000, {"system": 1.0, "x": 0.5, "y": 0.8}[p.next])
-        # each candidate once, then x's lead makes system (2x slower) and y (1.6x) clearly
-        # dominated: only x gets its second test (min_tests); the lead is clear: no more
-        assert seen == ["system", "x", "y", "x"]
-        assert p.mode == "select" and p.fastest == "x" and p.balanced == "x"
-
-
-def test_dominated_candidate_stops_after_one_test(layout, prog):
-    cs = cands3()
-    with dbm.open_db(layout) as d:
-        seen = []
-        for i in range(20):
-            p = daemon.plan_for(d, prog, cs, S(), now=1000 + i * 1000)
-            if p.mode != "test":
-                break
-            seen.append(p.next)
-            add(d, prog, p.next, 1000 + i * 1000, {"system": 1.0, "x": 3.0, "y": 0.9}[p.next])
-        assert seen.count("x") == 1 and seen.count("y") == 2 and seen.count("system") == 2
-        assert p.mode == "select"
-
-
-def test_leaders_within_noise_get_more_tests(layout, prog):
-    cs = cands3()
+def schedule(layout, prog, cpu):
+    """Follows the plan, each test taking cpu[allocator] seconds; returns the
+    allocators tested, in order, and the plan once testing stopped."""
     with dbm.open_db(layout) as d:
         seen = []
         for i in range(30):
-            p = daemon.plan_for(d, prog, cs, S(), now=1000 + i * 1000)
+            p = daemon.plan_for(d, prog, cands3(), S(), now=1000 + i * 1000)
             if p.mode != "test":
-                break
+                return seen, p
             seen.append(p.next)
-            add(d, prog, p.next, 1000 + i * 1000, {"system": 1.0, "x": 0.99, "y": 2.0}[p.next])
-        # system and x stay tied: tested up to max_tests; y, clearly behind, only its first tests
-        assert seen.count("system") == 4 and seen.count("x") == 4 and seen.count("y") == 1
-        assert p.mode == "select" and p.balanced == "system"
+            add(d, prog, p.next, 1000 + i * 1000, cpu[p.next])
+    raise AssertionError("testing never stopped")
+
+
+def test_first_tests_then_select(layout, prog):
+    seen, p = schedule(layout, prog, {"system": 1.0, "x": 0.5, "y": 0.8})
+    # each candidate once, then x's lead makes system (2x slower) and y (1.6x) clearly
+    # dominated: only x gets its second test (min_tests); the lead is clear: no more
+    assert seen == ["system", "x", "y", "x"]
+    assert p.mode == "select" and p.fastest == "x" and p.balanced == "x"
+
+
+def test_dominated_candidate_stops_after_one_test(layout, prog):
+    seen, p = schedule(layout, prog, {"system": 1.0, "x": 3.0, "y": 0.9})
+    assert seen.count("x") == 1 and seen.count("y") == 2 and seen.count("system") == 2
+    assert p.mode == "select"
+
+
+def test_leaders_within_noise_get_more_tests(layout, prog):
+    seen, p = schedule(layout, prog, {"system": 1.0, "x": 0.99, "y": 2.0})
+    # system and x stay tied: tested up to max_tests; y, clearly behind, only its first tests
+    assert seen.count("system") == 4 and seen.count("x") == 4 and seen.count("y") == 1
+    assert p.mode == "select" and p.balanced == "system"
 
 
 def test_retest_interval_spaces_tests_of_a_pair(layout, prog):
