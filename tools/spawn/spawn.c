@@ -40,9 +40,15 @@ int main(int argc, char **argv)
     int fd = atoi(argv[1]);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* Held until the child's pid is known, so none arrives before it can be passed on. */
     static const int passed[] = { SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 };
-    for (unsigned i = 0; i < sizeof passed / sizeof passed[0]; i++)
+    sigset_t held, old;
+    sigemptyset(&held);
+    for (unsigned i = 0; i < sizeof passed / sizeof passed[0]; i++) {
+        sigaddset(&held, passed[i]);
         signal(passed[i], pass_on);
+    }
+    sigprocmask(SIG_BLOCK, &held, &old);
     pid_t pid = fork();
     if (pid < 0) {
         perror("slabkit-spawn: fork");
@@ -52,6 +58,7 @@ int main(int argc, char **argv)
         close(fd);
         for (unsigned i = 0; i < sizeof passed / sizeof passed[0]; i++)
             signal(passed[i], SIG_DFL);
+        sigprocmask(SIG_SETMASK, &old, NULL);
         execvp(argv[2], argv + 2);
         fprintf(stderr, "slabkit-spawn: cannot run %s: %m\n", argv[2]);
         _exit(127);
@@ -59,6 +66,7 @@ int main(int argc, char **argv)
     child = pid;
     signal(SIGINT, SIG_IGN);
     signal(SIGQUIT, SIG_IGN);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     int st;
     struct rusage ru;
     while (wait4(pid, &st, 0, &ru) < 0)
