@@ -2,8 +2,9 @@
 # Makefile): the build's Python environment $(VENV) with the package of
 # tools/pyproject.toml in it, the commands $(BUILD)/bin/slabkit, imas and imasd
 # (links to its console scripts), the workload programs
-# $(BUILD)/bench/workloads/*, the trace recorder $(BUILD)/libslabkit_record.so
-# and the replayer.
+# $(BUILD)/bench/workloads/*, the trace recorder $(BUILD)/libslabkit_record.so,
+# the replayer, and $(BUILD)/libexec/slabkit-spawn (slabkit.measure starts
+# measured commands through it; static, so its own resident set is tiny).
 #
 # The workloads and the recorder never link slabkit and are built without
 # sanitizers even when SANITIZE=1: they run under other allocators through
@@ -17,7 +18,7 @@ PY_BIN     := $(BUILD)/bin/slabkit $(BUILD)/bin/imas $(BUILD)/bin/imasd
 
 .PHONY: lab venv
 all: lab
-lab: $(BUILD)/bin/slabkit $(LAB_WL_BIN) $(BUILD)/libslabkit_record.so
+lab: $(BUILD)/bin/slabkit $(LAB_WL_BIN) $(BUILD)/libslabkit_record.so $(BUILD)/libexec/slabkit-spawn
 venv: $(VENV)/slabkit-build
 
 # The environment: made from $(PYTHON) the first time it is needed, brought up
@@ -46,3 +47,7 @@ $(BUILD)/bench/workloads/replay: tools/record/replay.c tools/record/trace.h
 $(BUILD)/libslabkit_record.so: tools/record/record.c tools/record/trace.h
 	@mkdir -p $(dir $@)
 	$(CC) $(LAB_CFLAGS) -shared -o $@ $< -pthread -ldl
+
+$(BUILD)/libexec/slabkit-spawn: tools/spawn/spawn.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LAB_CFLAGS) -static -o $@ $< || $(CC) $(LAB_CFLAGS) -o $@ $<

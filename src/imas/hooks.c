@@ -1,12 +1,14 @@
 /* hooks.c — the exported malloc family of libimas.so.
  *
- * Fast path (selector mode, not probing): one acquire load of imas_state, one
- * branch on imas_probing, one indirect call — a few instructions over the
- * allocator itself.  Until imas_state is READY, calls go to the slow path,
+ * After start-up most calls never come here: rebind.c points the program's
+ * GOT slots straight at the chosen allocator.  What still arrives (ld.so's
+ * own allocations, objects dlopen()ed later, the probe's measured calls) takes
+ * the fast path: one acquire load of imas_state, one branch on imas_probing,
+ * one indirect call.  Until imas_state is READY, calls go to the slow path,
  * which initialises (select.c) or, when re-entered during initialisation or
- * called by another thread meanwhile, serves from the bootstrap arena.
- * Bootstrap blocks are recognised by address on free/realloc/usable_size
- * and never reach the forwarded allocator. */
+ * called by another thread meanwhile, serves from the bootstrap arena, noting
+ * who asked (bootstrap.c).  Bootstrap blocks are recognised by address on
+ * free/realloc/usable_size and never reach the forwarded allocator. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -25,51 +27,68 @@ IMAS_API void *malloc(size_t n)
 {
     if (READY() || early_ready())
         return likely(!imas_probing) ? imas_fwd.malloc(n) : probe_malloc(n);
-    return boot_alloc(n, 16);
+    const struct imas_fwd *e = imas_early(__builtin_return_address(0));
+    return e ? e->malloc(n) : boot_alloc(n, 16, __builtin_return_address(0));
 }
 
 IMAS_API void free(void *p)
 {
-    if (unlikely(p == NULL) || unlikely(boot_owns(p)))
+    if (unlikely(p == NULL))
         return;
+    if (unlikely(boot_owns(p))) {
+        boot_free(p);
+        return;
+    }
     if (READY() || early_ready()) {
         if (likely(!imas_probing))
             imas_fwd.free(p);
         else
             probe_free(p);
+        return;
     }
-    /* Not ready and not ours: nothing can have handed it out; leak it. */
+    /* Not ready and not ours: the library being loaded handed it out. */
+    const struct imas_fwd *e = imas_early(__builtin_return_address(0));
+    if (e)
+        e->free(p);
 }
 
 IMAS_API void *calloc(size_t k, size_t n)
 {
     if (READY() || early_ready())
         return likely(!imas_probing) ? imas_fwd.calloc(k, n) : probe_calloc(k, n);
+    const struct imas_fwd *e = imas_early(__builtin_return_address(0));
+    if (e)
+        return e->calloc(k, n);
     size_t bytes;
     if (__builtin_mul_overflow(k, n, &bytes)) {
         errno = ENOMEM;
         return NULL;
     }
-    return boot_alloc(bytes, 16);              /* the arena is BSS, never reused: already zero */
+    return boot_alloc(bytes, 16, __builtin_return_address(0));   /* the arena is BSS, never reused: already zero */
 }
 
-static IMAS_COLD void *boot_realloc(void *p, size_t n)
+static IMAS_COLD void *boot_realloc(void *p, size_t n, const void *caller)
 {
     size_t old = boot_size(p);
-    void *q = malloc(n ? n : 1);
-    if (q)
+    void *q = __atomic_load_n(&imas_state, __ATOMIC_ACQUIRE) == IMAS_READY ? imas_fwd.malloc(n ? n : 1)
+                                                                          : boot_alloc(n ? n : 1, 16, caller);
+    if (q) {
         memcpy(q, p, old < n ? old : n);
+        boot_free(p);
+    }
     return q;
 }
 
 IMAS_API void *realloc(void *p, size_t n)
 {
     if (unlikely(p != NULL && boot_owns(p)))
-        return boot_realloc(p, n);
+        return boot_realloc(p, n, __builtin_return_address(0));
     if (READY() || early_ready())
         return likely(!imas_probing) ? imas_fwd.realloc(p, n) : probe_realloc(p, n);
-    void *q = boot_alloc(n, 16);
-    return q;                                   /* p is NULL here: nothing to copy */
+    const struct imas_fwd *e = imas_early(__builtin_return_address(0));
+    if (e)
+        return e->realloc(p, n);    /* p, if any, is the loading library's */
+    return boot_alloc(n, 16, __builtin_return_address(0));   /* p is NULL here: nothing to copy */
 }
 
 IMAS_API void *reallocarray(void *p, size_t k, size_t n)
@@ -95,7 +114,7 @@ IMAS_API void *memalign(size_t align, size_t n)
         errno = EINVAL;
         return NULL;
     }
-    return boot_alloc(n, align);
+    return boot_alloc(n, align, __builtin_return_address(0));
 }
 
 IMAS_API void *aligned_alloc(size_t align, size_t n)
@@ -105,7 +124,11 @@ IMAS_API void *aligned_alloc(size_t align, size_t n)
             return imas_fwd.aligned_alloc(align, n);
         return probe_memalign(align, n);
     }
-    return memalign(align, n);
+    if (bad_align(align)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return boot_alloc(n, align, __builtin_return_address(0));
 }
 
 IMAS_API int posix_memalign(void **out, size_t align, size_t n)
@@ -115,7 +138,7 @@ IMAS_API int posix_memalign(void **out, size_t align, size_t n)
                                      : probe_posix_memalign(out, align, n);
     if (bad_align(align) || align % sizeof(void *))
         return EINVAL;
-    void *p = boot_alloc(n, align);
+    void *p = boot_alloc(n, align, __builtin_return_address(0));
     if (!p)
         return ENOMEM;
     *out = p;
@@ -126,14 +149,14 @@ IMAS_API void *valloc(size_t n)
 {
     if (READY() || early_ready())
         return likely(!imas_probing) ? imas_fwd.valloc(n) : probe_valloc(n, false);
-    return boot_alloc(n, 4096);
+    return boot_alloc(n, 4096, __builtin_return_address(0));
 }
 
 IMAS_API void *pvalloc(size_t n)
 {
     if (READY() || early_ready())
         return likely(!imas_probing) ? imas_fwd.pvalloc(n) : probe_valloc(n, true);
-    return boot_alloc((n + 4095) & ~(size_t)4095, 4096);
+    return boot_alloc((n + 4095) & ~(size_t)4095, 4096, __builtin_return_address(0));
 }
 
 IMAS_API size_t malloc_usable_size(void *p)
@@ -146,6 +169,30 @@ IMAS_API size_t malloc_usable_size(void *p)
         return imas_fwd.malloc_usable_size(p);
     return 0;
 }
+
+/* Our own addresses of the entry points, through hidden aliases: a plain
+ * &malloc goes through the loader and may yield an allocator preloaded before
+ * us.  rebind.c recognises the GOT slots bound to us by these. */
+#define SELF(name) \
+    extern __typeof__(name) imas_self_##name __attribute__((copy(name), alias(#name), visibility("hidden")))
+SELF(malloc);
+SELF(free);
+SELF(calloc);
+SELF(realloc);
+SELF(reallocarray);
+SELF(memalign);
+SELF(aligned_alloc);
+SELF(posix_memalign);
+SELF(valloc);
+SELF(pvalloc);
+SELF(malloc_usable_size);
+const void *const imas_self[IMAS_E_COUNT] = {
+    [IMAS_E_MALLOC] = imas_self_malloc, [IMAS_E_FREE] = imas_self_free, [IMAS_E_CALLOC] = imas_self_calloc,
+    [IMAS_E_REALLOC] = imas_self_realloc, [IMAS_E_REALLOCARRAY] = imas_self_reallocarray,
+    [IMAS_E_MEMALIGN] = imas_self_memalign, [IMAS_E_ALIGNED_ALLOC] = imas_self_aligned_alloc,
+    [IMAS_E_POSIX_MEMALIGN] = imas_self_posix_memalign, [IMAS_E_VALLOC] = imas_self_valloc,
+    [IMAS_E_PVALLOC] = imas_self_pvalloc, [IMAS_E_USABLE] = imas_self_malloc_usable_size,
+};
 
 /* pthread_create/pthread_exit: the paper hooks them because Hoard needs to see
  * thread creation and exit.  None of today's candidates does (they use TLS

@@ -15,3 +15,11 @@ imas: $(BUILD)/libimas.so $(BUILD)/bin/imas $(BUILD)/bin/imasd
 $(BUILD)/libimas.so: $(IMAS_SRC) $(IMAS_HDR) src/imas/imas.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(IMAS_CFLAGS) -shared -o $@ $(IMAS_SRC) -ldl -pthread
+
+# make install: the systemd user unit, pointing at the installed imasd.
+.PHONY: install-imas
+install: install-imas
+install-imas: all
+	install -d "$(DESTDIR)$(PREFIX)/lib/systemd/user"
+	sed -e 's|@IMASD@|$(PREFIX)/bin/imasd|g' tools/slabkit/imas/imasd.service \
+	    > "$(DESTDIR)$(PREFIX)/lib/systemd/user/imasd.service"

@@ -1,4 +1,7 @@
-/* log.c — the probe's footprint sampler and its JSON log (notes/probe.md).
+/* log.c — the probe's footprint sampler and its JSON log (the lab's probe,
+ * IMAS_PROBE_OUT; docs/lab.md).  With only IMAS_PROBE_PAGE (`imas run
+ * --profile`) there is neither thread nor log: the parent reads the page
+ * (probe.c) and samples the footprint from outside.
  *
  * A background thread (started from the constructor, never from inside a
  * hook) samples every interval_ms: RssAnon from /proc/self/statm (resident −
@@ -14,7 +17,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdio.h>            /* rename() only: no stdio streams here */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -67,8 +69,10 @@ static void copy_str(char *dst, size_t cap, const char *src)
     dst[i] = 0;
 }
 
-void probe_setup(const struct probe_config *c)
+bool probe_setup(const struct probe_config *c)
 {
+    if (c->page && !probe_page_claim(c->page))
+        return false;
     copy_str(cfg.out_pattern, sizeof cfg.out_pattern, c->out_pattern);
     copy_str(cfg.allocator, sizeof cfg.allocator, c->allocator && *c->allocator ? c->allocator : "unknown");
     ssize_t n = readlink("/proc/self/exe", cfg.program, sizeof cfg.program - 1);
@@ -80,12 +84,14 @@ void probe_setup(const struct probe_config *c)
     cfg.start = imas_now();
     cfg.start_ns = imas_mono_ns();
     cfg.pid = getpid();
-    unsigned every = c->sample_every ? c->sample_every : 64;
+    /* Without a log nobody reads the latencies: time no call (one in 2^31). */
+    unsigned every = !cfg.out_pattern[0] ? 1u << 31 : c->sample_every ? c->sample_every : 64;
     while (every & (every - 1))
         every &= every - 1;         /* round down to a power of two: the test is a mask */
     probe.sample_mask = every - 1;
     smp.stride = 1;
     probe_register_fork();
+    return true;
 }
 
 /* RssAnon in bytes: statm's resident minus shared (file-backed + shmem) pages. */
@@ -188,7 +194,7 @@ static void put_path(char *dst, size_t cap, pid_t pid)
 /* Caller holds log_lock. */
 static void write_snapshot(bool final)
 {
-    static char path[4200], tmp[4300];
+    static char path[4200];
     struct sbuf b = { log_buf, 0, LOG_CAP, false };
     pid_t pid = getpid();
     double now = imas_now();
@@ -266,31 +272,8 @@ static void write_snapshot(bool final)
     }
 
     put_path(path, sizeof path, pid);
-    struct sbuf t = { tmp, 0, sizeof tmp - 1, false };
-    sb_str(&t, path);
-    sb_chr(&t, '.');
-    sb_i64(&t, pid);
-    sb_str(&t, ".tmp");
-    tmp[t.len] = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        imas_warn("cannot write probe log", tmp);
-        return;
-    }
-    size_t off = 0;
-    while (off < b.len) {
-        ssize_t r = write(fd, log_buf + off, b.len - off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        off += (size_t)r;
-    }
-    close(fd);
-    if (off != b.len || rename(tmp, path) != 0) {
-        unlink(tmp);
+    if (!imas_write_atomic(path, log_buf, b.len))
         imas_warn("cannot write probe log", path);
-    }
 }
 
 static void *sampler(void *arg)
@@ -317,6 +300,8 @@ static void *sampler(void *arg)
 
 void probe_start_thread(void)
 {
+    if (!cfg.out_pattern[0])
+        return;                     /* the page's reader samples from outside */
     lock();
     take_sample();                  /* t = 0 */
     unlock();
@@ -339,7 +324,7 @@ void probe_start_thread(void)
 void probe_finish(void)
 {
     lock();
-    if (!cfg.finished) {
+    if (!cfg.finished && cfg.out_pattern[0]) {
         take_sample();
         if (cfg.enabled)
             write_snapshot(true);

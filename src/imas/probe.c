@@ -14,9 +14,12 @@
  * bytes are exact (relaxed atomics).  Lock order: stripe locks in index order
  * (only the fork handler takes more than one). */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include "imas.h"
 #include "probe.h"
 
@@ -29,6 +32,21 @@ struct stripe {
     size_t mask, count;            /* capacity - 1; live entries */
     struct entry *e;
 } __attribute__((aligned(64)));
+
+/* IMAS_PROBE_PAGE: the live and peak requested bytes, published in a shared
+ * file mapping where the parent reads them while it samples the resident set
+ * from outside (tools/slabkit/measure.py reads this layout).  A process takes
+ * the page when it is free or already its own (exec keeps the pid); another
+ * process (an exec()ed child) is not measured, and a fork child stops
+ * publishing. */
+struct probe_page {
+    char magic[8];                  /* "IMASPAGE" */
+    uint32_t version;               /* 1 */
+    int32_t pid;                    /* the process that publishes */
+    uint64_t live, peak;            /* requested bytes of live blocks, and their maximum */
+    uint64_t own;                   /* bytes of the probe's own tables (not the program's) */
+};
+static struct probe_page *page;
 
 static struct stripe stripes[SIZE_STRIPES];
 static size_t table_bytes;         /* bytes of all stripe tables (for probe_own_bytes) */
@@ -83,6 +101,16 @@ static IMAS_COLD void stripe_grow(struct stripe *s)
     s->mask = ncap - 1;
 }
 
+static inline void publish(uint64_t live)
+{
+    struct probe_page *pg = page;
+    if (!pg)
+        return;
+    __atomic_store_n(&pg->live, live, __ATOMIC_RELAXED);
+    __atomic_store_n(&pg->peak, __atomic_load_n(&probe.peak, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    __atomic_store_n(&pg->own, __atomic_load_n(&table_bytes, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+}
+
 static void size_insert(void *p, size_t n)
 {
     uintptr_t k = (uintptr_t)p;
@@ -110,6 +138,34 @@ static void size_insert(void *p, size_t n)
     while (live > peak && !__atomic_compare_exchange_n(&probe.peak, &peak, live, true,
                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
+    publish(live);
+}
+
+bool probe_page_claim(const char *path)
+{
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid() &&
+        st.st_size >= (off_t)sizeof(struct probe_page))
+        m = mmap(NULL, sizeof(struct probe_page), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return false;
+    struct probe_page *pg = m;
+    int32_t free_ = 0, me = (int32_t)getpid();
+    if (memcmp(pg->magic, "IMASPAGE", 8) != 0 || pg->version != 1 ||
+        (!__atomic_compare_exchange_n(&pg->pid, &free_, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+         free_ != me)) {
+        munmap(m, sizeof(struct probe_page));
+        return false;
+    }
+    __atomic_store_n(&pg->live, 0, __ATOMIC_RELAXED);       /* a new image: its heap starts empty */
+    __atomic_store_n(&pg->peak, 0, __ATOMIC_RELAXED);
+    page = pg;
+    return true;
 }
 
 /* Removes p; returns its requested size, or -1 when p was not tracked. */
@@ -142,7 +198,7 @@ static int64_t size_remove(void *p)
     }
     spin_unlock(&s->lock);
     if (found > 0)
-        __atomic_sub_fetch(&probe.live, (uint64_t)found, __ATOMIC_RELAXED);
+        publish(__atomic_sub_fetch(&probe.live, (uint64_t)found, __ATOMIC_RELAXED));
     return found;
 }
 
@@ -281,6 +337,7 @@ static void fork_parent(void)
 }
 static void fork_child(void)
 {
+    page = NULL;                    /* the parent's figures: not this child's to change */
     fork_parent();
     probe_after_fork_child();
 }

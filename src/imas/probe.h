@@ -33,6 +33,7 @@ extern struct probe_stats probe;
 
 uint64_t lat_bucket_value(unsigned b);
 void probe_register_fork(void);
+bool probe_page_claim(const char *path);   /* IMAS_PROBE_PAGE */
 void probe_after_fork_child(void);  /* log.c: the child has no sampler thread */
 
 #endif

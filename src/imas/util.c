@@ -1,11 +1,13 @@
 /* util.c — allocation-free helpers for the shim: a string builder over a fixed
  * buffer (the JSON log is built with it instead of stdio, which may allocate),
- * number parsing, a careful file reader (O_NOFOLLOW, owner and mode checks),
+ * number parsing, a careful file reader (O_NOFOLLOW, owner and mode checks)
+ * and an atomic writer (temporary file, rename),
  * the FNV-1a hash that names decision files (tools/slabkit/imas/paths.py
  * computes the same), clocks and the one warning function.  No locks: callers
  * own buffers. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>            /* rename() only: no stdio streams here */
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +63,39 @@ size_t imas_read_file(const char *path, char *buf, size_t cap, bool must_be_priv
     close(fd);
     buf[len] = 0;
     return len;
+}
+
+/* Writes a whole file as readers must see it: into <path>.<pid>.tmp (0600,
+ * O_NOFOLLOW), then renamed over path. */
+bool imas_write_atomic(const char *path, const char *data, size_t len)
+{
+    char tmp[4400];
+    struct sbuf t = { tmp, 0, sizeof tmp - 1, false };
+    sb_str(&t, path);
+    sb_chr(&t, '.');
+    sb_i64(&t, getpid());
+    sb_str(&t, ".tmp");
+    tmp[t.len] = 0;
+    if (t.overflow)
+        return false;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return false;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t r = write(fd, data + off, len - off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        off += (size_t)r;
+    }
+    close(fd);
+    if (off != len || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return false;
+    }
+    return true;
 }
 
 uint64_t imas_fnv1a(const char *s)

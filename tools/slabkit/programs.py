@@ -13,9 +13,11 @@ built, filtered, sorted).
   peak RSS is the largest it reports: a process started straight from Python
   inherits the Python process's peak through the exec (wait4's ru_maxrss),
   18 MiB here, larger than sort's or git's own;
-- commands(): the programs whose work is one process (python3, sqlite3, perl,
-  xz, cc1 — gcc's compiler proper, so the probe measures the process that
-  allocates), as one argv each, from the same scripts: IMAS's evaluation.
+- commands(): each program as users start it — one process doing the work,
+  an interpreter with its script in a file (keyed by IMAS as "python3
+  prog.py"), gcc's compiler proper cc1 (the process that allocates), and
+  redis-server loaded by redis-benchmark (a driver) — measured from outside:
+  IMAS's evaluation.
 """
 import hashlib
 import os
@@ -128,25 +130,81 @@ def inputs(work, scale):
     return cfile, text, tcl
 
 
+class Command:
+    """A program as users start it: argv (stdin: bytes or None); for a server,
+    driver(proc) loads it while it runs and then ends it."""
+
+    def __init__(self, name, argv, what, stdin=None, driver=None):
+        self.name, self.argv, self.what, self.stdin, self.driver = name, argv, what, stdin, driver
+
+    def __repr__(self):
+        return f"Command({self.name!r})"
+
+
+def _script(work, name, text):
+    path = os.path.join(work, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def redis_driver(port, requests):
+    """Waits for redis-server on port, loads it with redis-benchmark (random
+    keys, lists, sets and hashes of 64-byte values, pipelined), shuts it down."""
+    def drive(proc):
+        cli = ["redis-cli", "-h", "127.0.0.1", "-p", str(port)]
+        for _ in range(200):
+            if subprocess.run(cli + ["ping"], capture_output=True).stdout.strip() == b"PONG":
+                break
+            if proc.poll() is not None:
+                raise RuntimeError("redis-server exited before it answered")
+            time.sleep(0.02)
+        else:
+            raise RuntimeError("redis-server did not answer")
+        subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-q", "-n", str(requests),
+                        "-r", str(requests // 2), "-d", "64", "-P", "16", "-t", "set,get,lpush,lpop,sadd,hset"],
+                       capture_output=True, check=True, timeout=300)
+        subprocess.run(cli + ["shutdown", "nosave"], capture_output=True)
+    return drive
+
+
 def commands(work, scale=1.0):
-    """(name, argv) of the single-process programs installed here."""
-    cfile, text, _ = inputs(work, scale)
-    found = {n: shutil.which(n) for n in ("sqlite3", "perl", "xz", "gcc")}
+    """The Commands of the real programs installed here."""
+    cfile, text, tcl = inputs(work, scale)
+    found = {n: shutil.which(n) for n in ("sqlite3", "perl", "xz", "gcc", "sort", "tclsh", "lua5.4", "lua",
+                                          "redis-server", "redis-benchmark", "redis-cli")}
+    lua = found["lua5.4"] or found["lua"]
     out = []
     if python3():
-        out.append(("python3", [python3(), "-c", PY_SCRIPT, str(int(80000 * scale))]))
+        out.append(Command("python3", [python3(), _script(work, "prog.py", PY_SCRIPT), str(int(80000 * scale))],
+                           "python3 prog.py: dicts, lists and strings"))
     if found["sqlite3"]:
-        out.append(("sqlite3", [found["sqlite3"], ":memory:", sql_script(int(200000 * scale))]))
+        out.append(Command("sqlite3", [found["sqlite3"], ":memory:"], "sqlite3: insert, index, group, delete",
+                           stdin=sql_script(int(200000 * scale)).encode()))
     if found["perl"]:
-        out.append(("perl", [found["perl"], "-e", PERL_SCRIPT, str(int(60000 * scale))]))
+        out.append(Command("perl", [found["perl"], _script(work, "prog.pl", PERL_SCRIPT), str(int(60000 * scale))],
+                           "perl prog.pl: hashes, arrays, strings"))
+    if lua:
+        out.append(Command("lua", [lua, _script(work, "prog.lua", LUA_SCRIPT), str(int(100000 * scale))],
+                           "lua prog.lua: tables, strings, sort"))
+    if found["tclsh"]:
+        out.append(Command("tclsh", [found["tclsh"], tcl, str(int(60000 * scale))], "tclsh prog.tcl: dicts, lists"))
+    if found["sort"]:
+        out.append(Command("sort", [found["sort"], "-o", os.devnull] + [text] * 4, f"sort: {8 * scale:g} MB of text"))
     if found["xz"]:
-        out.append(("xz", [found["xz"], "-T1", "-6", "-c", text]))
+        out.append(Command("xz", [found["xz"], "-T1", "-3", "-c", text], f"xz -3: {2 * scale:g} MB of text"))
     if found["gcc"]:
         ask = lambda opt: subprocess.run([found["gcc"], opt], capture_output=True, text=True).stdout.strip()
         cc1, multiarch = ask("-print-prog-name=cc1"), ask("-print-multiarch")
         if cc1 and os.path.isfile(cc1):       # the driver would add the multiarch headers' directory
-            out.append(("cc1", [cc1, "-quiet"] + (["-imultiarch", multiarch] if multiarch else [])
-                        + ["-O2", cfile, "-o", os.devnull]))
+            out.append(Command("gcc", [cc1, "-quiet"] + (["-imultiarch", multiarch] if multiarch else [])
+                               + ["-O2", cfile, "-o", os.devnull], "gcc -O2 (cc1, the compiler proper)"))
+    if found["redis-server"] and found["redis-benchmark"] and found["redis-cli"]:
+        port, n = free_port(), int(40000 * scale)
+        out.append(Command("redis", [found["redis-server"], "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                     "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no"],
+                           f"redis-server under redis-benchmark ({n} requests x 6 commands)",
+                           driver=redis_driver(port, n)))
     return out
 
 
@@ -161,6 +219,7 @@ def programs(work, scale=1.0, launcher=None):
     py = python3()
     cfile, text, tcl = inputs(work, scale)
     rows = int(200000 * scale)
+    lua = shutil.which("lua5.4") or shutil.which("lua") or "lua5.4"
     peaks = []
 
     def run(argv, env, stdin=None, timeout=300):
@@ -241,30 +300,12 @@ def programs(work, scale=1.0, launcher=None):
         {"name": "redis", "needs": ["redis-server", "redis-cli", "redis-benchmark"], "run": redis},
         {"name": "git", "needs": ["git"], "run": lambda env: git_repo(run, work, env, int(300 * scale))},
         {"name": "tclsh", "needs": ["tclsh"], "run": lambda env: (run(["tclsh", tcl, str(int(60000 * scale))], env), None)},
-        {"name": "lua", "needs": [LUA], "run": lambda env: (
-            run([LUA, "-e", f"N = {int(60000 * scale)}", "-e", LUA_SCRIPT], env), None)},
+        {"name": "lua", "needs": [lua], "run": lambda env: (
+            run([lua, _script(work, "prog.lua", LUA_SCRIPT), str(int(60000 * scale))], env), None)},
     ]
     for p in progs:
         p["run"] = measured(p["run"])
     return progs
-
-
-LUA = "lua5.4"
-LUA_SCRIPT = r"""
-local n = N
-local t = {}
-for i = 1, n do t["k" .. i] = { i, string.rep("x", i % 50), { a = i } } end
-local s = 0
-for k, v in pairs(t) do s = s + v[1] + #v[2] end
-local l = {}
-for i = 1, n do l[#l + 1] = string.format("%08d", (i * 7919) % n) end
-table.sort(l)
-local c = {}
-for i = 1, n do local k = i % 1000; c[k] = (c[k] or 0) + 1 end
-local nc = 0
-for _ in pairs(c) do nc = nc + 1 end
-print(s, #l, l[1], l[#l], nc)
-"""
 
 
 TCL_SCRIPT = r"""
@@ -277,6 +318,19 @@ set l {}
 for {set i 0} {$i < $n} {incr i} { lappend l [format %08d [expr {($i * 7919) % $n}]] }
 set l [lsort $l]
 puts "$s [llength $l] [lindex $l 0] [lindex $l end] [string length [join $l ,]]"
+"""
+
+
+LUA_SCRIPT = r"""
+local n = tonumber(arg[1])
+local t = {}
+for i = 1, n do t["k" .. i] = {i, string.rep("x", i % 50), {a = i}} end
+local s = 0
+for _, v in pairs(t) do s = s + v[1] + #v[2] end
+local l = {}
+for i = 1, n do l[#l + 1] = string.format("%08d", (i * 7919) % n) end
+table.sort(l)
+print(s, #l, l[1], l[#l])
 """
 
 

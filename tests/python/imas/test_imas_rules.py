@@ -1,65 +1,224 @@
-"""IMAS ranking, plan and policy rules on constructed statistics: every branch
-of the policy, the tie rules of the ranking, the test schedule (max tests,
-retest interval, crashed and missing candidates), the decision file, and the
-C shim's copy of the policy agreeing with policy.py."""
+"""IMAS rules on constructed statistics: the ranking on magnitudes with noise
+(ties, the system allocator's tie-break, no trade against the system
+allocator, dominated candidates), the test schedule (first tests, early stop,
+leaders within noise, retest interval, staleness after a program or library
+change or expiry, pins, short programs, unfinished runs), the policy, program
+keys (interpreter + script), settings, and the C shim agreeing with the
+Python on the policy and on keys."""
 import os
+import shutil
 import subprocess
+import sys
 
 import pytest
 
 from slabkit.env import build_dir
-from slabkit.imas import candidates, daemon, db as dbm, paths, policy, ranking
+from slabkit.imas import candidates, daemon, db as dbm, keys, paths, policy, ranking
 
 BUILD = build_dir()
+SHIM = os.path.join(BUILD, "libimas.so")
 MB = 1 << 20
 
 
-def vals(t, f, fp=10 * MB, n=3):
-    return {"time_ns": [t] * n, "frag": [f] * n, "footprint": [fp] * n}
+def series(cpu, rss, n=3):
+    """n steady tests: cpu seconds and rss bytes."""
+    return [{"cpu": cpu, "wall": cpu, "rss_peak": rss} for _ in range(n)]
 
 
 # -- ranking ---------------------------------------------------------------
-def test_rank_distinct_roles():
-    r = ranking.rank({"a": vals(100, 0.30), "b": vals(50, 0.50), "c": vals(70, 0.10)}, ["a", "b", "c"])
-    assert r.fastest == "b"
-    assert r.efficient == "c"
-    # ranks: time a3 b1 c2; frag a2 b3 c1 -> sums a5 b4 c3
-    assert r.time_rank == {"a": 3, "b": 1, "c": 2}
-    assert r.frag_rank == {"a": 2, "b": 3, "c": 1}
-    assert r.balanced == "c"
+def test_roles_on_magnitudes():
+    r = ranking.rank({"system": series(1.0, 100 * MB), "fast": series(0.5, 101 * MB),
+                      "small": series(0.9, 80 * MB), "big": series(0.4, 300 * MB)},
+                     ["system", "fast", "small", "big"])
+    assert r.fastest == "big" and r.efficient == "small"
+    assert r.rel_time["system"] == pytest.approx(2.5) and r.rel_mem["big"] == pytest.approx(3.75)
+    # balanced: the least time x memory among those no worse than system on either side:
+    # fast 0.5*101 = 50.5, small 0.9*80 = 72; big is 3x system's memory, not admissible
+    assert "big" not in r.admissible and r.balanced == "fast"
 
 
-def test_rank_balanced_tie_goes_to_memory():
-    # a: time 1, frag 2 (sum 3); b: time 2, frag 1 (sum 3): tie -> the more memory-efficient b
-    r = ranking.rank({"a": vals(50, 0.30), "b": vals(100, 0.10)}, ["a", "b"])
-    assert (r.fastest, r.efficient, r.balanced) == ("a", "b", "b")
-    r = ranking.rank({"b": vals(100, 0.10), "a": vals(50, 0.30)}, ["b", "a"])
-    assert r.balanced == "b"
+def test_balanced_never_trades_memory_for_speed_against_system():
+    # 2 % more memory than system for half the time: not taken (MEM_SLACK 1 %)
+    r = ranking.rank({"system": series(1.0, 100 * MB), "fast": series(0.5, 102 * MB)}, ["system", "fast"])
+    assert r.balanced == "system" and r.fastest == "fast"
+    # 0.5 % more is within the slack
+    r = ranking.rank({"system": series(1.0, 100 * MB), "fast": series(0.5, 100.5 * MB)}, ["system", "fast"])
+    assert r.balanced == "fast"
 
 
-def test_rank_difference_within_noise_is_a_tie():
-    # 100 vs 101 ns is within 3 %: same time rank; fastest then goes to the less fragmented
-    r = ranking.rank({"a": vals(100, 0.40), "b": vals(101, 0.20)}, ["a", "b"])
-    assert r.time_rank["a"] == r.time_rank["b"] == 1
-    assert r.fastest == "b"
-    assert r.balanced == "b"
+def test_ties_within_noise_go_to_system():
+    # 2 % faster is within TIE_REL: tied on time and memory, system keeps every role
+    r = ranking.rank({"x": series(0.98, 100 * MB), "system": series(1.0, 100 * MB)}, ["x", "system"])
+    assert (r.fastest, r.efficient, r.balanced) == ("system", "system", "system")
+    assert r.undecided == {"x", "system"}
+    # a noisy series: 20 % faster on the median, but it spreads over ±30 %: still a tie
+    noisy = [{"cpu": c, "rss_peak": 100 * MB} for c in (0.5, 0.8, 1.1, 0.6, 1.0)]
+    r = ranking.rank({"system": series(1.0, 100 * MB), "x": noisy}, ["system", "x"])
+    assert r.fastest == "system" and "x" in r.undecided
+    # the same lead measured steadily is real
+    r = ranking.rank({"system": series(1.0, 100 * MB), "x": series(0.8, 100 * MB)}, ["system", "x"])
+    assert r.fastest == "x" and r.balanced == "x" and not r.undecided
 
 
-def test_rank_noisy_series_tie():
-    noisy = {"time_ns": [50, 150, 90, 200, 20], "frag": [0.2] * 5, "footprint": [MB] * 5}
-    steady = {"time_ns": [110] * 5, "frag": [0.2] * 5, "footprint": [MB] * 5}
-    r = ranking.rank({"n": noisy, "s": steady}, ["n", "s"])
-    assert r.time_rank == {"n": 1, "s": 1}
+def test_a_time_tie_is_broken_by_memory():
+    r = ranking.rank({"system": series(1.0, 100 * MB), "x": series(1.01, 90 * MB)}, ["system", "x"])
+    assert r.fastest == "x"            # tied on time, less memory
+    assert r.efficient == "x" and r.balanced == "x"
 
 
-def test_rank_missing_time_takes_worst_rank():
-    r = ranking.rank({"a": {"time_ns": [None], "frag": [0.1], "footprint": [MB]},
-                      "b": vals(100, 0.5)}, ["a", "b"])
-    assert r.time_rank["a"] == 2 and r.fastest == "b" and r.efficient == "a"
+def test_dominated():
+    r = ranking.rank({"system": series(1.0, 100 * MB), "slob": series(3.0, 100 * MB),
+                      "big": series(1.0, 130 * MB), "fast": series(0.5, 130 * MB)},
+                     ["system", "slob", "big", "fast"])
+    assert r.dominated == {"slob", "big"}      # fast is bigger but 2x faster: it can still be fastest
+    assert "fast" not in r.dominated and r.fastest == "fast"
 
 
-def test_rank_empty():
+def test_incomplete_tests_are_left_out():
+    r = ranking.rank({"system": series(1.0, 100 * MB), "x": [{"cpu": None, "rss_peak": 5}]}, ["system", "x"])
+    assert set(r.summaries) == {"system"}
     assert ranking.rank({}) is None
+
+
+# -- plans: the schedule ------------------------------------------------------
+@pytest.fixture
+def layout(tmp_path):
+    return paths.Layout(str(tmp_path / "home"))
+
+
+class S:
+    min_tests, max_tests, retest_interval, expire_after, min_runtime, time_metric = 2, 4, 100.0, 1e9, 0.0, "cpu"
+
+
+@pytest.fixture
+def prog(tmp_path):
+    """A program file of our own (its fingerprint is what the tests record)."""
+    p = tmp_path / "prog"
+    p.write_bytes(b"#!/bin/sh\n")
+    return str(p)
+
+
+def cands3():
+    return [candidates.Candidate("system"), candidates.Candidate("x", "/bin/sh"), candidates.Candidate("y", "/bin/ls")]
+
+
+def add(d, program, alloc, when, cpu, rss=100 * MB, final=True, wall=1.0):
+    c = {c.name: c for c in cands3()}.get(alloc, candidates.Candidate(alloc, "/bin/true"))
+    fig = {"wall": wall, "cpu": cpu, "rss_peak": rss, "rss_mean": rss / 2, "exit_status": 0,
+           "program_fp": keys.program_fingerprint(program), "library_fp": keys.library_fingerprint(c)}
+    d.add_test(f"u-{alloc}-{when}", program, alloc, when, "run", fig, final)
+
+
+def schedule(layout, prog, cpu):
+    """Follows the plan, each test taking cpu[allocator] seconds; returns the
+    allocators tested, in order, and the plan once testing stopped."""
+    with dbm.open_db(layout) as d:
+        seen = []
+        for i in range(30):
+            p = daemon.plan_for(d, prog, cands3(), S(), now=1000 + i * 1000)
+            if p.mode != "test":
+                return seen, p
+            seen.append(p.next)
+            add(d, prog, p.next, 1000 + i * 1000, cpu[p.next])
+    raise AssertionError("testing never stopped")
+
+
+def test_first_tests_then_select(layout, prog):
+    seen, p = schedule(layout, prog, {"system": 1.0, "x": 0.5, "y": 0.8})
+    # each candidate once, then x's lead makes system (2x slower) and y (1.6x) clearly
+    # dominated: only x gets its second test (min_tests); the lead is clear: no more
+    assert seen == ["system", "x", "y", "x"]
+    assert p.mode == "select" and p.fastest == "x" and p.balanced == "x"
+
+
+def test_dominated_candidate_stops_after_one_test(layout, prog):
+    seen, p = schedule(layout, prog, {"system": 1.0, "x": 3.0, "y": 0.9})
+    assert seen.count("x") == 1 and seen.count("y") == 2 and seen.count("system") == 2
+    assert p.mode == "select"
+
+
+def test_leaders_within_noise_get_more_tests(layout, prog):
+    seen, p = schedule(layout, prog, {"system": 1.0, "x": 0.99, "y": 2.0})
+    # system and x stay tied: tested up to max_tests; y, clearly behind, only its first tests
+    assert seen.count("system") == 4 and seen.count("x") == 4 and seen.count("y") == 1
+    assert p.mode == "select" and p.balanced == "system"
+
+
+def test_retest_interval_spaces_tests_of_a_pair(layout, prog):
+    cs = cands3()[:1]
+    with dbm.open_db(layout) as d:
+        add(d, prog, "system", 1000, 1.0)
+        assert daemon.plan_for(d, prog, cs, S(), now=1050).mode == "select"     # waits
+        assert daemon.plan_for(d, prog, cs, S(), now=1100).next == "system"      # due
+
+
+def test_tests_of_another_program_version_are_stale(layout, prog):
+    cs = cands3()[:1]
+    with dbm.open_db(layout) as d:
+        add(d, prog, "system", 1000, 1.0)
+        add(d, prog, "system", 2000, 1.0)
+        assert daemon.plan_for(d, prog, cs, S(), now=5000).mode == "select"
+        with open(prog, "ab") as f:
+            f.write(b"# a new version\n")
+        p = daemon.plan_for(d, prog, cs, S(), now=5000)
+        assert p.mode == "test" and p.stale == 2 and not p.fresh
+
+
+def test_tests_of_another_library_version_are_stale(layout, prog, tmp_path):
+    lib = tmp_path / "libx.so"
+    lib.write_bytes(b"v1")
+    cs = [candidates.Candidate("system"), candidates.Candidate("x", str(lib))]
+    with dbm.open_db(layout) as d:
+        for i, a in enumerate(["system", "x"] * 2):
+            fig = {"wall": 1, "cpu": 0.5 if a == "x" else 1.0, "rss_peak": MB,
+                   "program_fp": keys.program_fingerprint(prog),
+                   "library_fp": keys.library_fingerprint(cs[a == "x"])}
+            d.add_test(f"u{i}", prog, a, 1000 + i, "run", fig)
+        assert daemon.plan_for(d, prog, cs, S(), now=5000).mode == "select"
+        lib.write_bytes(b"v2 of the library")
+        p = daemon.plan_for(d, prog, cs, S(), now=5000)
+        assert p.mode == "test" and p.next == "x" and p.stale == 2
+
+
+def test_old_tests_expire(layout, prog):
+    class E(S):
+        expire_after = 3600.0
+    with dbm.open_db(layout) as d:
+        add(d, prog, "system", 1000, 1.0)
+        add(d, prog, "system", 2000, 1.0)
+        assert daemon.plan_for(d, prog, cands3()[:1], E(), now=4000).mode == "select"
+        assert daemon.plan_for(d, prog, cands3()[:1], E(), now=9000).mode == "test"
+
+
+def test_pin_short_unfinished_and_marks(layout, prog):
+    cs = cands3()
+    with dbm.open_db(layout) as d:
+        d.pin(prog, "y")
+        p = daemon.plan_for(d, prog, cs, S(), now=1000)
+        assert p.mode == "pin" and policy.choose(p, st(0.9, 1)).allocator == "y"
+        d.pin(prog, None)
+        add(d, prog, "system", 1000, 0.001, wall=0.01)
+        add(d, prog, "x", 1001, 0.001, wall=0.01)
+
+        class Short(S):
+            min_runtime = 0.05
+        p = daemon.plan_for(d, prog, cs, Short(), now=5000)
+        assert p.mode == "short" and policy.choose(p, st(0.1, 1000)).allocator == "system"
+        # y never finishes twice: not usable; x crashed: not usable
+        d.add_test("un1", prog, "y", 3000, "shim", {}, final=False)
+        d.add_test("un2", prog, "y", 3001, "shim", {}, final=False)
+        d.mark(prog, "x", "crash", "SIGSEGV")
+        p = daemon.plan_for(d, prog, cs, S(), now=9000)
+        assert [c.name for c in p.usable] == ["system"] and p.unfinished == {"y": 2}
+
+
+def test_final_record_replaces_its_start_marker(layout, prog):
+    with dbm.open_db(layout) as d:
+        assert d.add_test("same", prog, "system", 1000, "shim", {}, final=False)
+        assert d.add_test("same", prog, "system", 1000, "shim", {"cpu": 1.0, "wall": 1.0, "rss_peak": MB})
+        assert not d.add_test("same", prog, "system", 1000, "shim", {"cpu": 9.0})    # counted once
+        (t,) = d.tests(prog)
+        assert t["final"] == 1 and t["cpu"] == 1.0
 
 
 # -- policy ----------------------------------------------------------------
@@ -67,7 +226,7 @@ class P:
     def __init__(self, mode="select", fastest="f", efficient="e", balanced="b", fp=None, next=None):
         self.mode, self.fastest, self.efficient, self.balanced, self.next = mode, fastest, efficient, balanced, next
         self.footprint = fp or {"f": 300 * MB, "e": 100 * MB, "b": 200 * MB}
-        self.why = "constructed"
+        self.why, self.pinned = "constructed", None
 
 
 def st(load, free_mb):
@@ -77,22 +236,16 @@ def st(load, free_mb):
 @pytest.mark.parametrize("load,free,expect,rule", [
     (0.10, 1000, "b", "balanced"),        # idle, plenty of memory
     (0.75, 1000, "f", "busy"),            # busy (boundary included) and room for the fastest
-    (0.90, 300, "f", "busy"),             # exactly the fastest's footprint is enough
+    (0.90, 300, "f", "busy"),             # exactly the fastest's peak is enough
     (0.90, 250, "b", "balanced"),         # busy, cannot afford the fastest, can the balanced
     (0.90, 150, "e", "memory-short"),     # busy and short: the paper fell through to balanced
     (0.10, 150, "e", "memory-short"),     # idle and short
-    (0.10, 200, "b", "balanced"),         # exactly the balanced footprint is enough
+    (0.10, 200, "b", "balanced"),         # exactly the balanced peak is enough
     (0.74, 1000, "b", "balanced"),
 ])
 def test_policy_branches(load, free, expect, rule):
     c = policy.choose(P(), st(load, free))
     assert (c.allocator, c.rule) == (expect, rule)
-
-
-def test_policy_test_exclude_nodata():
-    assert policy.choose(P(mode="test", next="x"), st(0.9, 1)).allocator == "x"
-    assert policy.choose(P(mode="exclude"), st(0.9, 1)).rule == "excluded"
-    assert policy.choose(P(balanced=None), st(0.1, 1000)).rule == "no-data"
 
 
 def test_policy_env_overrides(monkeypatch):
@@ -112,78 +265,71 @@ def test_load_is_per_cpu(monkeypatch):
     assert policy.read_state().load == pytest.approx(0.75)
 
 
-# -- plans: the test schedule ------------------------------------------------
-@pytest.fixture
-def layout(tmp_path):
-    return paths.Layout(str(tmp_path / "home"))
+# -- settings ----------------------------------------------------------------
+@pytest.mark.parametrize("text,msg", [
+    ("[imas]\nmax_tests = many\n", "bad setting max_tests"),
+    ("[imas]\nmax_test = 3\n", "unknown setting 'max_test'"),
+    ("[imas]\nmin_tests = 4\nmax_tests = 2\n", "out of range"),
+    ("[imas\nmax_tests = 3\n", "imas.conf"),
+    ("\xff\xfe garbage", "imas.conf"),
+])
+def test_bad_settings_are_one_line(layout, text, msg):
+    with open(layout.conf, "w", encoding="latin-1") as f:
+        f.write(text)
+    with pytest.raises(paths.ImasError, match=msg) as e:
+        daemon.Settings(layout)
+    assert "\n" not in str(e.value)
 
 
-def fig(t, f, fp=10 * MB):
-    return {"time_ns": t, "frag": f, "footprint": fp, "requested": fp * (1 - f), "wall": 1, "cpu": 1, "ops": 10}
+# -- keys --------------------------------------------------------------------
+def test_script_rule(tmp_path):
+    (tmp_path / "app.py").write_text("print(1)\n")
+    d = str(tmp_path)
+    real = os.path.realpath(tmp_path / "app.py")
+    assert keys.script_of(["app.py", "x"], d) == real
+    assert keys.script_of(["-u", "-X", "dev", "app.py"], d) is None        # "dev" is not a file: no script
+    assert keys.script_of(["-u", "app.py"], d) == real
+    assert keys.script_of(["-m", "http.server", "8000"], d) == "-m http.server"
+    assert keys.script_of(["-c", "print(1)"], d) is None
+    assert keys.script_of(["--", "-odd"], d) is None
+    assert keys.script_of([], d) is None
+    assert keys.split_key(f"/usr/bin/python3.11 {real}") == ("/usr/bin/python3.11", real)
+    assert keys.split_key("/usr/bin/python3.11 -m http.server") == ("/usr/bin/python3.11", "-m http.server")
+    assert keys.split_key("/usr/bin/sort") == ("/usr/bin/sort", None)
 
 
-def cands3():
-    return [candidates.Candidate("system"), candidates.Candidate("x", "/bin/sh"), candidates.Candidate("y", "/bin/ls")]
+def test_command_keys(tmp_path):
+    py = os.path.realpath("/usr/bin/python3")
+    if not os.path.exists(py):
+        pytest.skip("no /usr/bin/python3")
+    app = tmp_path / "app.py"
+    app.write_text("#!/usr/bin/env python3\nprint(1)\n")
+    app.chmod(0o755)
+    d = str(tmp_path)
+    real = os.path.realpath(app)
+    assert keys.command_key([py, "app.py"], d) == f"{py} {real}"
+    assert keys.command_key(["/usr/bin/sort", "app.py"], d) == os.path.realpath("/usr/bin/sort")
+    # a '#!' script run directly: its interpreter (through env) and itself, as the kernel runs it
+    env_py = os.path.realpath(shutil.which("python3"))
+    assert keys.command_key(["./app.py", "arg"], d) == keys.make_key(env_py, real)
+    # a wrapper named like an interpreter (pyenv's shims/python3 is a bash script): the wrapper
+    # stands for the interpreter, not bash
+    shim = tmp_path / "python3"
+    shim.write_text("#!/usr/bin/env bash\nexec /usr/bin/python3 \"$@\"\n")
+    shim.chmod(0o755)
+    assert keys.command_key([str(shim), "app.py"], d) == f"{os.path.realpath(shim)} {real}"
+    with pytest.raises(paths.ImasError, match="not found"):
+        keys.command_key(["no-such-program-here"])
 
 
-class S:
-    max_tests, retest_interval = 2, 100.0
-
-
-def test_plan_schedule(layout):
-    cs = cands3()
-    with dbm.open_db(layout) as d:
-        p = daemon.plan_for(d, "/prog", cs, S(), now=1000)
-        assert (p.mode, p.next) == ("test", "system")
-        d.add_test("/prog", "system", 1000, fig(100, 0.5))
-        assert daemon.plan_for(d, "/prog", cs, S(), now=1001).next == "x"
-        d.add_test("/prog", "x", 1001, fig(50, 0.6))
-        d.add_test("/prog", "y", 1002, fig(80, 0.2))
-        # every candidate tested once; the second round waits for the retest interval
-        p = daemon.plan_for(d, "/prog", cs, S(), now=1050)
-        assert p.mode == "select" and p.fastest == "x" and p.efficient == "y"
-        p = daemon.plan_for(d, "/prog", cs, S(), now=1100)
-        assert (p.mode, p.next) == ("test", "system")
-        for a, t in (("system", 1100), ("x", 1200), ("y", 1300)):
-            d.add_test("/prog", a, t, fig(100, 0.5))
-        p = daemon.plan_for(d, "/prog", cs, S(), now=99999)
-        assert p.mode == "select"                      # max_tests reached for all
-        st_ = d.stats("/prog")
-        assert st_["x"]["tests"] == 2 and st_["x"]["time"].n == 2
-        assert st_["x"]["time"].mean == pytest.approx(75) and st_["x"]["time"].sd == pytest.approx(35.355, rel=1e-3)
-
-
-def test_plan_crash_and_missing_excluded(layout):
-    cs = cands3() + [candidates.Candidate("gone", "/nonexistent/libgone.so")]
-    with dbm.open_db(layout) as d:
-        d.mark("/prog", "x", "crash", "SIGSEGV")
-        seen = []
-        for i in range(6):
-            p = daemon.plan_for(d, "/prog", cs, S(), now=1000 + i * 1000)
-            if p.mode != "test":
-                break
-            seen.append(p.next)
-            d.add_test("/prog", p.next, 1000 + i * 1000, fig(100, 0.5))
-        assert "x" not in seen and "gone" not in seen
-        assert sorted(set(seen)) == ["system", "y"]
-
-
-def test_plan_exclude(layout):
-    with dbm.open_db(layout) as d:
-        d.set_excluded("/prog")
-        assert daemon.plan_for(d, "/prog", cands3(), S()).mode == "exclude"
-        d.set_excluded("/prog", False)
-        assert daemon.plan_for(d, "/prog", cands3(), S()).mode == "test"
-
-
-def test_welford_matches_two_pass():
-    w = dbm.Welford()
-    xs = [1e12 + i * 37.5 for i in range(50)]
-    for x in xs:
-        w.add(x)
-    m = sum(xs) / len(xs)
-    assert w.mean == pytest.approx(m)
-    assert w.var == pytest.approx(sum((x - m) ** 2 for x in xs) / 49, rel=1e-6)
+def test_fingerprints(tmp_path):
+    f = tmp_path / "s.py"
+    f.write_text("a")
+    one = keys.fingerprint(str(f))
+    f.write_text("b")
+    assert keys.fingerprint(str(f)) != one
+    assert keys.fingerprint(str(tmp_path / "missing")) == "-"
+    assert keys.fingerprint(sys.executable).startswith(("id:", "sha1:"))
 
 
 def test_fnv_matches_known_vector():
@@ -200,53 +346,64 @@ def test_candidates_config_parsing():
 
 
 def test_elf_exports():
-    libc = "/lib/x86_64-linux-gnu/libc.so.6"
-    if not os.path.exists(libc):
-        pytest.skip("no libc at the usual path")
+    libc = keys.system_library()
+    if not libc:
+        pytest.skip("no libc found")
     assert candidates.elf_exports(libc, "malloc")
     assert not candidates.elf_exports(libc, "no_such_symbol_here")
     assert not candidates.elf_exports("/etc/hostname", "malloc")
 
 
-# -- the shim applies the same policy ------------------------------------------
+# -- the shim applies the same policy and finds the same keys ------------------
+needs_shim = pytest.mark.skipif(not os.path.exists(SHIM), reason="libimas.so not built")
+
+
+def shim_env(home, **extra):
+    env = dict(os.environ, IMAS_HOME=str(home), IMAS_DEBUG="1", LD_PRELOAD=SHIM, **extra)
+    for k in ("IMAS_PROBE_OUT", "IMAS_PROBE_PAGE", "IMAS_REEXEC"):
+        env.pop(k, None)
+    return env
+
+
+@needs_shim
 def test_shim_policy_matches_python(tmp_path):
-    shim = os.path.join(BUILD, "libimas.so")
-    if not os.path.exists(shim):
-        pytest.skip("libimas.so not built")
-    home = tmp_path / "h"
-    lay = paths.Layout(str(home))
+    lay = paths.Layout(str(tmp_path / "h"))
     prog = os.path.realpath("/bin/true")
-    # fastest 300 MB, efficient 100 MB, balanced 200 MB; all three are the system allocator
-    # (forwarded), so only the rule differs.
-    with open(lay.decision_path(prog), "w") as f:
-        f.write("imas-decision 1\nmode select\n"
-                f"fastest F - - {300 * MB}\nefficient E - - {100 * MB}\nbalanced B - - {200 * MB}\n")
-    os.chmod(lay.decision_path(prog), 0o600)
+    # fastest 300 MB, efficient 100 MB, balanced 200 MB; all the system allocator (bound
+    # directly), so only the rule differs.
+    paths.write_private(lay.decision_path(prog), "imas-decision 2\nmode select\n"
+                        f"fastest F - - {300 * MB}\nefficient E - - {100 * MB}\nbalanced B - - {200 * MB}\n")
     pl = P(fastest="F", efficient="E", balanced="B", fp={"F": 300 * MB, "E": 100 * MB, "B": 200 * MB})
     for load, free in ((0.1, 1000), (0.9, 1000), (0.9, 250), (0.9, 150), (0.2, 150)):
-        env = dict(os.environ, IMAS_HOME=str(home), IMAS_DEBUG="1", LD_PRELOAD=shim,
-                   IMAS_ASSUME_LOAD=str(load), IMAS_ASSUME_FREE_MB=str(free))
-        env.pop("IMAS_PROBE_OUT", None)
-        out = subprocess.run([prog], env=env, capture_output=True, text=True, timeout=30)
+        out = subprocess.run([prog], env=shim_env(lay.home, IMAS_ASSUME_LOAD=str(load), IMAS_ASSUME_FREE_MB=str(free)),
+                             capture_output=True, text=True, timeout=30)
         assert out.returncode == 0
         c = policy.choose(pl, st(load, free))
         assert f"{c.allocator} (rule: {c.rule})" in out.stderr, (load, free, out.stderr)
+    for mode, rule in (("pin", "pinned"), ("short", "short")):
+        paths.write_private(lay.decision_path(prog), f"imas-decision 2\nmode {mode}\npinned system - -\n")
+        out = subprocess.run([prog], env=shim_env(lay.home), capture_output=True, text=True, timeout=30)
+        assert f"system (rule: {rule})" in out.stderr, out.stderr
 
 
-def test_evaluate_summary_arithmetic():
-    from slabkit.imas import evaluate
-    res = [{"name": "p1", "pick": "a", "rule": "balanced", "roles": {}, "marks": {},
-            "means": {"system": {"time_ns": 100, "frag": 0.5, "footprint": 10, "wall": 1},
-                      "a": {"time_ns": 80, "frag": 0.4, "footprint": 12, "wall": 1}}},
-           {"name": "p2", "pick": "system", "rule": "balanced", "roles": {}, "marks": {},
-            "means": {"system": {"time_ns": 50, "frag": 0.2, "footprint": 10, "wall": 1},
-                      "a": {"time_ns": 100, "frag": 0.1, "footprint": 10, "wall": 1}}}]
-    s = evaluate.summarize(res, ["system", "a"])
-    assert s["a"]["time_ns"][0] == pytest.approx((20 - 100) / 2)       # +20 % and -100 %
-    assert s["IMAS"]["time_ns"][0] == pytest.approx(10)                # +20 % (a) and 0 (system)
-    assert s["IMAS"]["frag"][0] == pytest.approx(10)
-    assert s["a"]["frag"][3] == pytest.approx(35)                      # median of +20 and +50
-    assert evaluate.gain(0, 5) is None
-    md = evaluate.markdown(res, s, ["system", "a"], {"command": "x", "machine": "m", "date": "d", "load": 0.1,
-                                                     "tests": 1, "reps": 1, "rule": "balanced"})
-    assert "**IMAS**" in md and "| p1 | a (balanced)" in md
+@needs_shim
+def test_shim_keys_scripts_as_python(tmp_path):
+    py = os.path.realpath("/usr/bin/python3")
+    if not os.path.exists(py):
+        pytest.skip("no /usr/bin/python3")
+    lay = paths.Layout(str(tmp_path / "h"))
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "app.py").write_text("pass\n")
+    (work / "tool.py").write_text("#!/usr/bin/python3 -u\npass\n")
+    (work / "tool.py").chmod(0o755)
+    cases = [[py, "app.py"], [py, "-u", "app.py", "x"], [py, "-m", "json.tool", "--help"], [py, "-c", "pass"],
+             [str(work / "tool.py")], ["./tool.py", "arg"]]
+    for argv in cases:
+        paths.write_private(lay.decision_path(py), "imas-decision 2\ninterpreter\n")
+        key = keys.command_key(argv, str(work))
+        paths.write_private(lay.decision_path(key), "imas-decision 2\nmode pin\npinned system - -\n")
+        out = subprocess.run(argv, cwd=work, env=shim_env(lay.home), capture_output=True, text=True, timeout=30)
+        line = [x for x in out.stderr.splitlines() if x.startswith(f"imas: {py}")][-1]
+        assert line.startswith(f"imas: {key}: system (rule: pinned)"), (argv, key, out.stderr)
+        os.unlink(lay.decision_path(key))

@@ -1,12 +1,22 @@
-"""logs.py — reading probe logs from the spool, trusting nothing.
+"""logs.py — test records in the spool, trusting nothing.
 
-A log is accepted only if it is a regular file owned by us (opened with
-O_NOFOLLOW: a symlink is refused), at most MAX_BYTES, valid JSON without
-NaN/Infinity, and matches the probe schema (notes/probe.md) field by field:
-types, ranges, lengths.  Anything else raises LogError with the reason; the
-daemon then moves the file to spool/bad/ and warns.  From a valid log, test()
-derives the numbers one test contributes (per-operation time, fragmentation,
-footprint), with the arithmetic from slabkit.metrics.
+Two writers put records (format "imas-test", version 2) into the spool:
+`imas run`, which measured the command from outside (source "run"), and the
+shim in test mode, from the kernel's accounting at exit (source "shim",
+src/imas/testlog.c).  A record is accepted only if it is a regular file owned
+by us (opened with O_NOFOLLOW: a symlink is refused), at most MAX_BYTES,
+valid JSON without NaN/Infinity, and matches the schema field by field:
+
+  format, version, source ("run" | "shim"), pid, program (absolute path),
+  script (absolute path, "-m MODULE" or null), key (source run: the key it
+  was run under), allocator, start, end, final (false: a start marker, the
+  process has not finished), wall, user, sys (seconds), rss_peak (bytes),
+  rss_mean (bytes or null), exit_status (int or null), requested (null, or
+  {"peak", "mean"} bytes for a profile run), profile (bool, optional),
+  program_fp (optional).
+
+Anything else raises LogError with the reason; imasd then moves the file to
+spool/bad/ and warns.  test() gives the figures one record contributes.
 """
 import json
 import math
@@ -14,18 +24,17 @@ import os
 import re
 import stat
 
-from .. import metrics
-
-MAX_BYTES = 4 << 20
-MAX_SAMPLES = 4096
+MAX_BYTES = 1 << 20
 BIG = 1 << 62
-OPS = ("malloc", "calloc", "realloc", "memalign", "free")
-LAT = ("malloc", "realloc", "memalign", "free")
 ALLOC_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 
 
 class LogError(Exception):
     pass
+
+
+class Gone(LogError):
+    """The record went away meanwhile: another folder took it."""
 
 
 def _num(v, what, lo=0, hi=BIG):
@@ -42,19 +51,15 @@ def _int(v, what, lo=0, hi=BIG):
     return _num(v, what, lo, hi)
 
 
-def _obj(v, what, keys):
-    if not isinstance(v, dict):
-        raise LogError(f"{what}: not an object")
-    missing = [k for k in keys if k not in v]
-    if missing:
-        raise LogError(f"{what}: missing {', '.join(missing)}")
-    return v
-
-
 def _str(v, what, maxlen=4096):
     if not isinstance(v, str) or len(v) > maxlen or "\0" in v:
         raise LogError(f"{what}: not a string of at most {maxlen} characters")
     return v
+
+
+def _optional(log, key, check):
+    if log.get(key) is not None:
+        check(log[key], key)
 
 
 def read_private(path, max_bytes=MAX_BYTES):
@@ -62,6 +67,8 @@ def read_private(path, max_bytes=MAX_BYTES):
     oversized files (checked on the open descriptor: no race with a rename)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise Gone("gone")
     except OSError as e:
         raise LogError(f"cannot open ({e.strerror}; symlinks are refused)")
     try:
@@ -84,68 +91,58 @@ def _reject_constant(name):
     raise LogError(f"non-finite number {name}")
 
 
+REQUIRED = ["format", "version", "source", "pid", "program", "allocator", "start", "end", "final",
+            "wall", "user", "sys", "rss_peak"]
+
+
 def parse(data):
-    """Validates the bytes of a probe log; returns the decoded object."""
+    """Validates the bytes of a test record; returns the decoded object."""
     try:
-        text = data.decode("utf-8")
-        log = json.loads(text, parse_constant=_reject_constant)
+        log = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
     except LogError:
         raise
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise LogError(f"not valid JSON ({type(e).__name__})")
-    _obj(log, "log", ["format", "version", "pid", "program", "allocator", "start", "end",
-                      "final", "ops", "requested", "footprint", "samples", "latency_ns"])
-    if log["format"] != "imas-probe":
-        raise LogError(f"foreign format {str(log['format'])[:40]!r}")
-    if log["version"] != 1 or isinstance(log["version"], bool):
-        raise LogError(f"unsupported version {str(log['version'])[:20]!r}")
+    if not isinstance(log, dict):
+        raise LogError("not a JSON object")
+    if log.get("format") != "imas-test":
+        raise LogError(f"foreign format {str(log.get('format'))[:40]!r}")
+    if log.get("version") != 2 or isinstance(log.get("version"), bool):
+        raise LogError(f"unsupported version {str(log.get('version'))[:20]!r}")
+    missing = [k for k in REQUIRED if k not in log]
+    if missing:
+        raise LogError(f"missing {', '.join(missing)}")
+    if log["source"] not in ("run", "shim"):
+        raise LogError("source: not 'run' or 'shim'")
     _int(log["pid"], "pid", 1, 1 << 31)
-    prog = _str(log["program"], "program")
-    if not prog.startswith("/"):
+    if not _str(log["program"], "program").startswith("/"):
         raise LogError("program: not an absolute path")
+    script, key = log.get("script"), log.get("key")
+    if script is not None and not _str(script, "script").startswith(("/", "-m ")):
+        raise LogError("script: not an absolute path or -m MODULE")
+    if key is not None and not _str(key, "key", 8400).startswith(log["program"]):
+        raise LogError("key: not a key of its program")
     if not isinstance(log["allocator"], str) or not ALLOC_RE.match(log["allocator"]):
         raise LogError("allocator: not a valid name")
-    if "argv0" in log:
-        _str(log["argv0"], "argv0")
-    start = _num(log["start"], "start", 0, 1e11)
-    end = _num(log["end"], "end", 0, 1e11)
+    start, end = _num(log["start"], "start", 0, 1e11), _num(log["end"], "end", 0, 1e11)
     if end < start:
         raise LogError("end before start")
-    if not isinstance(log["final"], bool):
-        raise LogError("final: not a boolean")
-    ops = _obj(log["ops"], "ops", OPS)
-    for k in OPS:
-        _int(ops[k], f"ops.{k}")
-    req = _obj(log["requested"], "requested", ["live", "peak", "mean"])
-    for k in ("live", "peak", "mean"):
-        _num(req[k], f"requested.{k}")
-    fp = _obj(log["footprint"], "footprint", ["peak", "mean"])
-    for k in ("peak", "mean"):
-        _num(fp[k], f"footprint.{k}")
-    samples = log["samples"]
-    if not isinstance(samples, list) or len(samples) > MAX_SAMPLES:
-        raise LogError(f"samples: not a list of at most {MAX_SAMPLES}")
-    for i, s in enumerate(samples):
-        if not isinstance(s, list) or len(s) != 3:
-            raise LogError(f"samples[{i}]: not [t, footprint, requested]")
-        _num(s[0], f"samples[{i}].t", 0, 1e9)
-        _num(s[1], f"samples[{i}].footprint")
-        _num(s[2], f"samples[{i}].requested")
-    lat = _obj(log["latency_ns"], "latency_ns", [])
-    for k, h in lat.items():
-        if k not in LAT:
-            raise LogError(f"latency_ns: unknown operation {str(k)[:20]!r}")
-        _obj(h, f"latency_ns.{k}", ["n", "mean"])
-        _int(h["n"], f"latency_ns.{k}.n")
-        _num(h["mean"], f"latency_ns.{k}.mean", 0, 1e12)
-        for q in ("tmean", "p50", "p90", "p99", "p999", "max"):
-            if q in h:
-                _num(h[q], f"latency_ns.{k}.{q}", 0, BIG)
-    if "rusage" in log:
-        ru = _obj(log["rusage"], "rusage", [])
-        for k in ("utime", "stime"):
-            if k in ru:
-                _num(ru[k], f"rusage.{k}", 0, 1e9)
+    for k in ("final", "profile"):
+        if k in log and not isinstance(log[k], bool):
+            raise LogError(f"{k}: not a boolean")
+    for k in ("wall", "user", "sys"):
+        _num(log[k], k, 0, 1e9)
+    _int(log["rss_peak"], "rss_peak")
+    _optional(log, "rss_mean", _num)
+    _optional(log, "exit_status", lambda v, w: _int(v, w, -255, 255))
+    _optional(log, "program_fp", lambda v, w: _str(v, w, 512))
+    if log.get("requested") is not None:
+        rq = log["requested"]
+        if not isinstance(rq, dict) or set(rq) - {"peak", "mean"}:
+            raise LogError("requested: not {peak, mean}")
+        for k, v in rq.items():
+            if v is not None:
+                _num(v, f"requested.{k}")
     return log
 
 
@@ -153,30 +150,18 @@ def load(path):
     return parse(read_private(path))
 
 
+def uid(log):
+    """One identity per run, whoever folds it first (imas run or imasd)."""
+    return f"{log['source']}:{log['pid']}:{log['start']:.6f}"
+
+
 def test(log):
-    """The figures one test contributes: {'time_ns', 'frag', 'footprint',
-    'requested', 'wall', 'cpu', 'ops'}.  time_ns is the mean of the sampled
-    malloc/realloc/memalign/free latencies (the paper's CPU performance value),
-    trimmed at each operation's 99th percentile when the probe gives it
-    ('tmean'), None when nothing was timed; frag is equation 3 on the mean
-    footprint and the mean requested bytes over every footprint sample, floored
-    at 0: a negative value only says that requested memory was never touched
-    (xz's large buffers), not that one allocator wastes less than another."""
-    lat = log["latency_ns"]
-    n = sum(lat[k]["n"] for k in LAT if k in lat)
-    tot = sum(lat[k]["n"] * lat[k].get("tmean", lat[k]["mean"]) for k in LAT if k in lat)
-    fp, rq = log["footprint"]["mean"], log["requested"]["mean"]
-    if not fp and log["samples"]:
-        fp = sum(s[1] for s in log["samples"]) / len(log["samples"])
-        rq = sum(s[2] for s in log["samples"]) / len(log["samples"])
-    ru = log.get("rusage") or {}
-    frag = metrics.fragmentation(fp, rq)
-    return {
-        "time_ns": tot / n if n else None,
-        "frag": max(frag, 0.0) if frag is not None else None,
-        "footprint": float(fp) if fp else None,
-        "requested": float(rq),
-        "wall": log["end"] - log["start"],
-        "cpu": (ru.get("utime", 0) + ru.get("stime", 0)) if ru else None,
-        "ops": sum(log["ops"][k] for k in OPS),
-    }
+    """The figures one record contributes: time (cpu = user + sys, wall) and
+    memory (rss_peak, rss_mean), the exit status and, for a profile run,
+    the requested bytes."""
+    rq = log.get("requested") or {}
+    return {"wall": float(log["wall"]), "cpu": float(log["user"]) + float(log["sys"]),
+            "rss_peak": float(log["rss_peak"]),
+            "rss_mean": float(log["rss_mean"]) if log.get("rss_mean") is not None else None,
+            "exit_status": log.get("exit_status"),
+            "requested_peak": rq.get("peak"), "requested_mean": rq.get("mean")}

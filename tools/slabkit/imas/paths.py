@@ -3,11 +3,15 @@
 Layout under IMAS_HOME (default $XDG_STATE_HOME/imas, else ~/.local/state/imas),
 every directory 0700 and owned by the user:
   imas.db            SQLite statistics (db.py)
+  backup.json        the statistics in the `imas export` format, rewritten by
+                     imasd after each change: it rebuilds imas.db when that
+                     file is not usable
   imas.conf          settings (max_tests, retest_interval, scan_interval)
   candidates.conf    the candidate allocators (candidates.py), optional
   spool/             probe logs waiting for imasd;  spool/bad/  rejected ones
   decisions/         one small file per program for the preload-only shim
-                     (name: FNV-1a 64 of the executable path, as src/imas/util.c)
+                     (name: FNV-1a 64 of the program's key, keys.py; the shim
+                     computes the same, src/imas/decision.c)
 """
 import os
 import stat
@@ -68,6 +72,7 @@ class Layout:
         self.db = os.path.join(self.home, "imas.db")
         self.conf = os.path.join(self.home, "imas.conf")
         self.candidates = os.path.join(self.home, "candidates.conf")
+        self.backup = os.path.join(self.home, "backup.json")
         if create:
             for d in (self.home, self.spool, self.bad, self.decisions):
                 ensure_private_dir(d)
@@ -83,30 +88,3 @@ def write_private(path, text):
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
-
-
-def resolve_program(name):
-    """The key IMAS files a program under: the real path of the executable image
-    (what the shim reads from /proc/self/exe).  A script with '#!' is keyed by
-    its interpreter, as the kernel runs it."""
-    import shutil
-    path = name if "/" in name else shutil.which(name)
-    if not path or not os.path.exists(path):
-        raise ImasError(f"program not found: {name}")
-    path = os.path.realpath(path)
-    try:
-        with open(path, "rb") as f:
-            head = f.read(256)
-    except OSError:
-        return path
-    if head.startswith(b"#!"):
-        words = head[2:].split(b"\n", 1)[0].split()
-        if words:
-            interp = os.fsdecode(words[0])
-            if os.path.basename(interp) == "env" and len(words) > 1:
-                found = shutil.which(os.fsdecode(words[1]))
-                if found:
-                    return os.path.realpath(found)
-            elif os.path.exists(interp):
-                return os.path.realpath(interp)
-    return path

@@ -1,15 +1,17 @@
 """policy.py — which allocator a process gets at start-up (the paper's
-Algorithm 1, corrected).  src/imas/select.c applies the same rule in the
+Algorithm 1, corrected).  src/imas/decision.c applies the same rule in the
 preload-only shim; keep the two in step.
 
-  test mode                                        -> the next allocator to test
-  load per CPU >= 0.75 and free >= fastest's footprint   -> fastest    (rule "busy")
-  free < balanced's footprint (busy or not)        -> most memory-efficient ("memory-short")
-  otherwise                                        -> balanced            ("balanced")
+  pinned (imas pin, imas exclude)                  -> that allocator       (rule "pinned")
+  runs too short to matter                         -> the system allocator ("short")
+  test mode                                        -> the next allocator to test ("test")
+  load per CPU >= 0.75 and free >= fastest's peak RSS    -> fastest        ("busy")
+  free < balanced's peak RSS (busy or not)         -> most memory-efficient ("memory-short")
+  otherwise                                        -> balanced             ("balanced")
 
 Load is the 5-minute load average divided by the number of CPUs (the paper
 did not divide); free memory is MemAvailable (page cache counts as free);
-footprints are mean RssAnon, not virtual size.  IMAS_ASSUME_LOAD (per CPU)
+footprints are the peak resident set measured in the tests.  IMAS_ASSUME_LOAD (per CPU)
 and IMAS_ASSUME_FREE_MB override what is read, for tests and what-if questions.
 """
 import os
@@ -74,24 +76,26 @@ class Choice:
 
 
 def choose(plan, state):
-    """plan: a daemon.Plan (mode, next, fastest, efficient, balanced, footprint{name: bytes})."""
-    if plan.mode == "exclude":
-        return Choice("system", "excluded", "the program is on the exclusion list")
+    """plan: a daemon.Plan (mode, next, pinned, fastest, efficient, balanced, footprint{name: bytes})."""
+    if plan.mode == "pin":
+        return Choice(plan.pinned, "pinned", plan.why)
+    if plan.mode == "short":
+        return Choice("system", "short", plan.why)
     if plan.mode == "test":
         return Choice(plan.next, "test", f"test mode: {plan.next} is the next allocator to test "
                       f"({plan.why})")
     if plan.balanced is None:
-        return Choice("system", "no-data", "no usable test results yet")
+        return Choice("system", "no-data", plan.why or "no usable test results yet")
     fp = plan.footprint
     if state.load >= BUSY and plan.fastest and state.free >= fp.get(plan.fastest, 0):
         return Choice(plan.fastest, "busy",
                       f"the system is busy (load {state.load:.2f} >= {BUSY}) and free memory "
-                      f"({state.free / 1048576:.0f} MiB) covers {plan.fastest}'s average footprint "
-                      f"({fp.get(plan.fastest, 0) / 1048576:.1f} MiB): the fastest")
+                      f"({state.free / 1048576:.0f} MiB) covers {plan.fastest}'s peak resident set "
+                      f"(peak {fp.get(plan.fastest, 0) / 1048576:.1f} MiB): the fastest")
     if plan.efficient and state.free < fp.get(plan.balanced, 0):
         return Choice(plan.efficient, "memory-short",
                       f"free memory ({state.free / 1048576:.0f} MiB) is below the balanced choice's "
-                      f"average footprint ({fp.get(plan.balanced, 0) / 1048576:.1f} MiB): "
+                      f"peak ({fp.get(plan.balanced, 0) / 1048576:.1f} MiB): "
                       f"the most memory-efficient")
     busy = state.load >= BUSY
     return Choice(plan.balanced, "balanced",

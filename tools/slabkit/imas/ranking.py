@@ -1,55 +1,117 @@
-"""ranking.py — the paper's Algorithm 9, with a tie rule.
+"""ranking.py — the paper's Algorithm 9 on what users pay, with noise in view.
 
-For one program, from each allocator's per-test figures:
-  time rank  = 1 + the number of allocators faster and not tied with it;
-  frag rank  = the same on fragmentation (lower is better);
-  (ties: slabkit.metrics.is_tie — medians within the noise of the two series,
-  or within 3 %, are not called a difference, so they share a rank).
-  fastest    = among those of time rank 1, the least fragmented (then the faster);
-  efficient  = among those of frag rank 1, the fastest (then the less fragmented);
-  balanced   = the best sum of the two ranks; ties go to the more memory-
-               efficient (better frag rank, then lower fragmentation), as the paper.
-An allocator without a time or fragmentation figure takes the worst rank there.
+For one program, each allocator's fresh tests give two series: time (CPU
+seconds, user + sys, by default; or wall seconds) and memory (peak resident
+set).  Each is summarised by its median and a robust spread
+(metrics.summarize); a difference within the noise of the two series, or
+within TIE_REL (3 %), is a tie (metrics.is_tie).  Costs are relative to the
+program's best candidate (1.0 = the best), so a 1 % lead and a 3x lead no
+longer count the same.
+
+  fastest   = the least time; among those tied with it, the least memory
+  efficient = the least memory; among those tied with it, the least time
+  balanced  = the least product of the relative time and memory, among the
+              candidates no worse than the system allocator on either
+              (beyond noise, and beyond MEM_SLACK for memory): against the
+              default, IMAS never buys speed with memory or memory with
+              speed; ties go to the less memory
+  A tie the second criterion does not break goes to the system allocator,
+  then to candidate order: switching has to pay.
+dominated: a candidate another one beats clearly on one criterion (by CLEAR,
+  25 %, beyond noise) without losing on the other beyond noise: it can win
+  no role, so testing stops for it (SLOB on a threaded program).
+undecided: candidates tied with a role's winner on both criteria (a toss):
+  testing continues for them.
 """
+import math
+
 from .. import metrics
+
+CLEAR = 1.25
+MEM_SLACK = 0.01
+SYSTEM = "system"
 
 
 class Ranking:
-    def __init__(self, fastest, efficient, balanced, time_rank, frag_rank, summaries):
-        self.fastest, self.efficient, self.balanced = fastest, efficient, balanced
-        self.time_rank, self.frag_rank, self.summaries = time_rank, frag_rank, summaries
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
 
     def role_of(self, name):
-        return [r for r, n in (("fastest", self.fastest), ("efficient", self.efficient),
-                               ("balanced", self.balanced)) if n == name]
+        return [r for r in ("fastest", "efficient", "balanced") if getattr(self, r) == name]
 
     def __repr__(self):
         return f"Ranking(fastest={self.fastest}, efficient={self.efficient}, balanced={self.balanced})"
 
 
 def _med(s):
-    return s["median"] if s and s.get("median") is not None else float("inf")
+    return s["median"]
 
 
-def rank(values, order=None):
-    """values: {allocator: {'time_ns': [...], 'frag': [...], 'footprint': [...]}}
-    (lists may hold None); order: candidate order for the last tie-break.
-    Returns a Ranking, or None when values is empty."""
-    if not values:
+def worse(a, b, rel):
+    """Summary a is worse (higher) than b beyond their noise and beyond rel."""
+    band = max(rel * abs(_med(b)), metrics.TIE_SIGMAS * math.hypot(metrics.noise(a), metrics.noise(b)))
+    return _med(a) - _med(b) > band
+
+
+def _pick(names, first, second, summ, pos):
+    """The best on `first`; among those tied with it, the best on `second`;
+    still tied: the system allocator, else the best `second`, then order.
+    Returns (winner, the names tied with it on both: a toss more tests may
+    decide)."""
+    best = min(names, key=lambda n: (_med(summ[n][first]), pos[n]))
+    tied = [n for n in names if n == best or metrics.is_tie(summ[n][first], summ[best][first])]
+    best2 = min(tied, key=lambda n: (_med(summ[n][second]), pos[n]))
+    tied2 = [n for n in tied if n == best2 or metrics.is_tie(summ[n][second], summ[best2][second])]
+    return (SYSTEM if SYSTEM in tied2 else best2), tied2
+
+
+def rank(tests, order=(), time_key="cpu"):
+    """tests: {allocator: [test dicts with time_key and 'rss_peak']}; order:
+    candidate order for the last tie-break.  Allocators without a complete
+    test are left out.  Returns a Ranking, or None when nothing is left."""
+    summ = {}
+    for a, ts in tests.items():
+        t = metrics.summarize([x.get(time_key) for x in ts])
+        m = metrics.summarize([x.get("rss_peak") for x in ts])
+        if t["n"] and m["n"] and _med(t) > 0 and _med(m) > 0:
+            summ[a] = {"time": t, "mem": m, "n": min(t["n"], m["n"])}
+    if not summ:
         return None
-    order = list(order or []) + sorted(a for a in values if a not in (order or []))
-    pos = {a: i for i, a in enumerate(order)}
-    summ = {a: {"time": metrics.summarize(v.get("time_ns", [])),
-                "frag": metrics.summarize(v.get("frag", [])),
-                "footprint": metrics.summarize(v.get("footprint", []))} for a, v in values.items()}
-    worst = len(values)
-    tr = metrics.ranks({a: s["time"] for a, s in summ.items()})
-    fr = metrics.ranks({a: s["frag"] for a, s in summ.items()})
-    tr = {a: (r if r is not None else worst) for a, r in tr.items()}
-    fr = {a: (r if r is not None else worst) for a, r in fr.items()}
-    names = list(values)
-    fastest = min(names, key=lambda a: (tr[a], _med(summ[a]["frag"]), _med(summ[a]["time"]), pos[a]))
-    efficient = min(names, key=lambda a: (fr[a], _med(summ[a]["time"]), _med(summ[a]["frag"]), pos[a]))
-    balanced = min(names, key=lambda a: (tr[a] + fr[a], fr[a], _med(summ[a]["frag"]),
-                                         _med(summ[a]["time"]), pos[a]))
-    return Ranking(fastest, efficient, balanced, tr, fr, summ)
+    names = list(summ)
+    pos = {a: i for i, a in enumerate(list(order) + sorted(a for a in names if a not in order))}
+    tbest = min(_med(s["time"]) for s in summ.values())
+    mbest = min(_med(s["mem"]) for s in summ.values())
+    rel_t = {a: _med(s["time"]) / tbest for a, s in summ.items()}
+    rel_m = {a: _med(s["mem"]) / mbest for a, s in summ.items()}
+    # The product's relative spread from its factors' (independent series).
+    score = {}
+    for a, s in summ.items():
+        rsd = math.hypot(metrics.noise(s["time"]) / _med(s["time"]), metrics.noise(s["mem"]) / _med(s["mem"]))
+        v = rel_t[a] * rel_m[a]
+        score[a] = {"median": v, "mad": v * rsd / metrics.MAD_TO_SIGMA}
+
+    fastest, tied_t = _pick(names, "time", "mem", summ, pos)
+    efficient, tied_m = _pick(names, "mem", "time", summ, pos)
+    sysm = summ.get(SYSTEM)
+    admissible = [a for a in names if sysm is None or a == SYSTEM or
+                  (not worse(summ[a]["time"], sysm["time"], metrics.TIE_REL) and
+                   not worse(summ[a]["mem"], sysm["mem"], MEM_SLACK))]
+    both = {a: dict(summ[a], score=score[a]) for a in admissible}
+    balanced, tied_b = _pick(admissible, "score", "mem", both, pos)
+
+    dominated = set()
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            for lose, keep in (("time", "mem"), ("mem", "time")):
+                if (_med(summ[a][lose]) >= CLEAR * _med(summ[b][lose]) and worse(summ[a][lose], summ[b][lose], 0)
+                        and not worse(summ[b][keep], summ[a][keep], metrics.TIE_REL)):
+                    dominated.add(a)
+    undecided = set()
+    for tied in (tied_t, tied_m, tied_b):
+        if len(tied) > 1:
+            undecided.update(tied)
+    return Ranking(fastest=fastest, efficient=efficient, balanced=balanced, summaries=summ,
+                   rel_time=rel_t, rel_mem=rel_m, score={a: s["median"] for a, s in score.items()},
+                   admissible=admissible, dominated=dominated, undecided=undecided, time_key=time_key)

@@ -413,40 +413,50 @@ def render(doc, outdir, fmt="md"):
         sections.append(("Failures", "table", (["workload", "allocator", "runs failed", "reason"], fails)))
     for title, rel in made:
         sections.append((title, "image", rel))
-    notes = doc.get("notes") or []
+    return write_page(outdir, "slabkit allocator lab", sections, doc.get("notes") or [],
+                      "Cells: median ± robust spread (1.4826 × MAD, relative); * best or tied with it.", fmt)
 
+
+def write_page(outdir, title, sections, notes=(), footer="", fmt="md"):
+    """The lab's report format: sections (title, kind, payload) — kind "text"
+    (a paragraph), "table" ((head, rows)) or "image" (a path relative to
+    outdir) — into outdir/report.md or report.html; returns its path.
+    IMAS's evaluation writes its report with it too."""
     if fmt == "html":
-        parts = ["<!doctype html><html><head><meta charset='utf-8'><title>slabkit lab report</title>",
+        parts = ["<!doctype html><html><head><meta charset='utf-8'>"
+                 f"<title>{html.escape(title)}</title>",
                  "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:collapse;"
                  "font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
                  "td:first-child{text-align:left}img{max-width:100%}</style></head><body>",
-                 "<h1>slabkit allocator lab</h1>"]
-        for title, kind, payload in sections:
-            parts.append(f"<h2>{html.escape(title)}</h2>")
+                 f"<h1>{html.escape(title)}</h1>"]
+        for head, kind, payload in sections:
+            parts.append(f"<h2>{html.escape(head)}</h2>")
             if kind == "text":
                 parts.append(f"<p>{html.escape(payload)}</p>")
             elif kind == "table":
                 parts.append(_html_table(*payload))
             else:
-                parts.append(f"<img src='{html.escape(payload)}' alt='{html.escape(title)}'>")
+                parts.append(f"<img src='{html.escape(payload)}' alt='{html.escape(head)}'>")
         parts += [f"<p><em>note: {html.escape(n)}</em></p>" for n in notes]
-        parts.append("<p>Cells: median ± robust spread (1.4826 × MAD, relative); * best or tied with it.</p>")
+        if footer:
+            parts.append(f"<p>{html.escape(footer)}</p>")
         parts.append("</body></html>")
         path = os.path.join(outdir, "report.html")
         text = "\n".join(parts)
     else:
-        parts = ["# slabkit allocator lab", ""]
-        for title, kind, payload in sections:
-            parts += [f"## {title}", ""]
+        parts = [f"# {title}", ""]
+        for head, kind, payload in sections:
+            parts += [f"## {head}", ""]
             if kind == "text":
                 parts.append(payload)
             elif kind == "table":
                 parts.append(_md_table(*payload))
             else:
-                parts.append(f"![{title}]({payload})")
+                parts.append(f"![{head}]({payload})")
             parts.append("")
         parts += [f"*note: {n}*" for n in notes]
-        parts.append("Cells: median ± robust spread (1.4826 × MAD, relative); * best or tied with it.")
+        if footer:
+            parts.append(footer)
         path = os.path.join(outdir, "report.md")
         text = "\n".join(parts) + "\n"
     with open(path, "w") as f:

@@ -31,6 +31,7 @@ import time
 
 from .. import metrics
 from ..env import clean_env
+from ..measure import time_weighted_mean
 from .allocators import describe_status
 
 # The metrics of one run, their titles and units, and whether lower is better.
@@ -82,19 +83,6 @@ def read_probe(path):
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("format") == "imas-probe" else None
-
-
-def _time_weighted_mean(samples):
-    """Mean of [(t, v)] weighting each value by the time until the next sample."""
-    pts = [(t, v) for t, v in samples if v is not None]
-    if not pts:
-        return None
-    if len(pts) == 1:
-        return float(pts[0][1])
-    weights = [t2 - t for (t, _), (t2, _) in zip(pts, pts[1:])]
-    if sum(weights) <= 0:
-        return statistics.fmean(v for _, v in pts)
-    return statistics.fmean([v for _, v in pts[:-1]], weights)
 
 
 def _kill_group(pid):
@@ -163,7 +151,8 @@ def run_one(alloc, workload, probe_lib=None, timeout=300.0, keep_dir=None, sampl
     launched = _RUSAGE.search(text)        # a launcher's wait4 (bench/standard/rusage.c)
     own_peak = max((v for _, v in samples if v is not None), default=None)
     res.update(wall=wall, user=ru.ru_utime, sys=ru.ru_stime, cpu=ru.ru_utime + ru.ru_stime,
-               maxrss=int(launched.group(1) if launched else ru.ru_maxrss) * 1024, ops=ops, fp_peak=own_peak, fp_mean=_time_weighted_mean(samples),
+               maxrss=int(launched.group(1) if launched else ru.ru_maxrss) * 1024, ops=ops, fp_peak=own_peak,
+               fp_mean=time_weighted_mean(samples),
                req_peak=None, req_mean=None, frag_mean=None, frag_peak=None, frag_events=None,
                lat_malloc_p50=None, lat_malloc_p99=None, lat_free_p99=None, latency=None,
                samples=[[round(t, 4), v, None] for t, v in samples])
