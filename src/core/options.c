@@ -1,4 +1,5 @@
 /* options.c — one table of environment options; see options.h. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include "options.h"
@@ -13,6 +14,7 @@ struct sk_options sk_opt = {
     .stats = NULL,
     .return_mode = RETURN_DONTNEED,
     .return_delay_ms = 1000,
+    .prof = { .interval = 0, .dump = NULL, .signal = SIGUSR1 },
 };
 
 static const char *const design_names[DESIGN_COUNT] = { "slab", "slub", "slob", "slqb" };
@@ -65,6 +67,90 @@ static unsigned parse_debug(const char *value)
     return bits;
 }
 
+/* BYTES for SLABKIT_PROF=sample=: a count with an optional k, m or g (KiB,
+ * MiB, GiB); 0 when it is not one (or out of 1 byte .. 1 TiB). */
+static uint64_t parse_bytes(const char *s)
+{
+    char *end;
+    unsigned long long n = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'k' || *end == 'K') shift = 10;
+    else if (*end == 'm' || *end == 'M') shift = 20;
+    else if (*end == 'g' || *end == 'G') shift = 30;
+    if (shift)
+        end++;
+    if (end == s || *s == '-' || (*end && strcmp(end, "B") && strcmp(end, "iB")) || n == 0 || n > (1ull << 40) >> shift)
+        return 0;
+    return (uint64_t)n << shift;
+}
+
+/* SIG for SLABKIT_PROF=signal=: USR1, USR2 (with or without SIG), a number,
+ * or none; -1 when it is not one. */
+static int parse_signal(const char *s)
+{
+    if (strncmp(s, "SIG", 3) == 0)
+        s += 3;
+    if (strcmp(s, "USR1") == 0) return SIGUSR1;
+    if (strcmp(s, "USR2") == 0) return SIGUSR2;
+    if (strcmp(s, "none") == 0 || strcmp(s, "0") == 0) return 0;
+    char *end;
+    long n = strtol(s, &end, 10);
+    return *s && !*end && n > 0 && n < NSIG && n != SIGKILL && n != SIGSTOP ? (int)n : -1;
+}
+
+/* SLABKIT_PROF: a comma list of on, off, sample=BYTES, dump=PATH and
+ * signal=SIG; on, sample= or dump= turns the profiler on.  The path is
+ * copied: the environment may change under a running program. */
+static void parse_prof(const char *value)
+{
+    static char dump_path[4096];
+    const char *p = value;
+    bool on = false;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char word[4200];
+        if (n >= sizeof word) n = sizeof word - 1;
+        memcpy(word, p, n);
+        word[n] = '\0';
+        if (n == 0) {
+        } else if (strcmp(word, "on") == 0 || strcmp(word, "1") == 0) {
+            on = true;
+        } else if (strcmp(word, "off") == 0 || strcmp(word, "0") == 0) {
+            on = false;
+        } else if (strncmp(word, "sample=", 7) == 0) {
+            uint64_t b = parse_bytes(word + 7);
+            if (b) {
+                sk_opt.prof.interval = b;
+                on = true;
+            } else {
+                sk_warn("SLABKIT_PROF: sample=%s is not understood (valid: 1 byte .. 1 TiB, as 524288, 512k or 4M)",
+                        word + 7);
+            }
+        } else if (strncmp(word, "dump=", 5) == 0 && word[5] && n - 5 < sizeof dump_path) {
+            memcpy(dump_path, word + 5, n - 5 + 1);
+            sk_opt.prof.dump = dump_path;
+            on = true;
+        } else if (strncmp(word, "signal=", 7) == 0) {
+            int sig = parse_signal(word + 7);
+            if (sig >= 0)
+                sk_opt.prof.signal = sig;
+            else
+                sk_warn("SLABKIT_PROF: signal=%s is not understood (valid: USR1, USR2, a signal number, none)",
+                        word + 7);
+        } else {
+            sk_warn("SLABKIT_PROF: '%s' is not understood (valid: on, off, sample=BYTES, dump=PATH, signal=SIG)",
+                    word);
+        }
+        p += n;
+        if (*p == ',') p++;
+    }
+    if (on && !sk_opt.prof.interval)
+        sk_opt.prof.interval = PROF_INTERVAL_DEFAULT;
+    if (!on)
+        sk_opt.prof.interval = 0;
+}
+
 void options_init(void)
 {
     static int done;
@@ -104,4 +190,6 @@ void options_init(void)
         else
             sk_opt.zone_pages = n;
     }
+    if ((v = getenv("SLABKIT_PROF")) && *v)
+        parse_prof(v);
 }
