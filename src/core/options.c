@@ -21,6 +21,7 @@ static const char *const design_names[DESIGN_COUNT] = { "slab", "slub", "slob", 
 static const char *const pages_names[PAGES_COUNT] = { "buddy", "ibuddy" };
 static const char *const return_names[] = { "dontneed", "free", "off" };
 static const char *const debug_names[] = { "audit", "poison", "redzone", "leaks", "guard" };
+static const char *const unwind_names[] = { "fast", "gcc", "check" };
 
 const char *design_name(enum sk_design d) { return d < DESIGN_COUNT ? design_names[d] : "?"; }
 const char *pages_name(enum sk_pages p) { return p < PAGES_COUNT ? pages_names[p] : "?"; }
@@ -98,8 +99,8 @@ static int parse_signal(const char *s)
     return *s && !*end && n > 0 && n < NSIG && n != SIGKILL && n != SIGSTOP ? (int)n : -1;
 }
 
-/* SLABKIT_PROF: a comma list of on, off, sample=BYTES, dump=PATH and
- * signal=SIG; on, sample= or dump= turns the profiler on.  The path is
+/* SLABKIT_PROF: a comma list of on, off, sample=BYTES, dump=PATH,
+ * signal=SIG and unwind=fast|gcc|check; on, sample= or dump= turns the profiler on.  The path is
  * copied: the environment may change under a running program. */
 static void parse_prof(const char *value)
 {
@@ -131,6 +132,10 @@ static void parse_prof(const char *value)
             memcpy(dump_path, word + 5, n - 5 + 1);
             sk_opt.prof.dump = dump_path;
             on = true;
+        } else if (strncmp(word, "unwind=", 7) == 0) {
+            int i = pick("SLABKIT_PROF: unwind", word + 7, unwind_names, (int)ARRAY_SIZE(unwind_names));
+            if (i >= 0)
+                sk_opt.prof.unwind = i;
         } else if (strncmp(word, "signal=", 7) == 0) {
             int sig = parse_signal(word + 7);
             if (sig >= 0)
@@ -139,7 +144,7 @@ static void parse_prof(const char *value)
                 sk_warn("SLABKIT_PROF: signal=%s is not understood (valid: USR1, USR2, a signal number, none)",
                         word + 7);
         } else {
-            sk_warn("SLABKIT_PROF: '%s' is not understood (valid: on, off, sample=BYTES, dump=PATH, signal=SIG)",
+            sk_warn("SLABKIT_PROF: '%s' is not understood (valid: on, off, sample=BYTES, dump=PATH, signal=SIG, unwind=fast|gcc|check)",
                     word);
         }
         p += n;

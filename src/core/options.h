@@ -37,6 +37,7 @@ struct sk_options {
         uint64_t    interval;   /* mean bytes between samples; 0: off */
         const char *dump;       /* where the profile goes at exit (%p: the pid), or NULL */
         int         signal;     /* the signal that dumps it on demand; 0: none */
+        enum { UNWIND_FAST, UNWIND_GCC, UNWIND_CHECK } unwind;  /* stacks: src/prof/unwind.c, libgcc, both */
     } prof;
 };
 

@@ -111,6 +111,9 @@ void table_fork_child(void);
 
 /* stack.c: the caller's stack, leaving out slabkit's own frames. */
 void stack_capture(struct prof_stack *st);
+/* unwind.c: the same walk from the frame at (pc, sp, bp) with the rules of
+ * .eh_frame kept per return address; false when a rule is beyond it. */
+bool unwind_fast(uintptr_t pc, uintptr_t sp, uintptr_t bp, struct prof_stack *st);
 
 /* dump.c */
 void dump_install(void);            /* exit handler and signals, as the options say */

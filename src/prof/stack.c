@@ -1,23 +1,24 @@
-/* stack.c — the stack of a sampled allocation, from the unwinder.
+/* stack.c — the stack of a sampled allocation.
  *
- * Why the unwinder and not frame pointers: distribution binaries (Debian's
+ * Why unwinding and not frame pointers: distribution binaries (Debian's
  * python3, sqlite3, redis-server, libc itself) are built without frame
  * pointers, so a frame-pointer walk stops or wanders after the first frame
- * of theirs; the unwinder reads the call-frame information (.eh_frame) that
- * every x86-64 object carries, and gives whole stacks.  It costs about
- * 1.2 us for ten frames (against some 10 ns per frame for frame pointers),
- * paid once per sample: at the default interval a program allocating
- * 1 GB/s takes 2,000 samples a second, 0.25% of its time (docs/profiler.md).
+ * of theirs; the call-frame information (.eh_frame) that every x86-64
+ * object carries gives whole stacks.  unwind.c reads it with its rules kept
+ * per return address (a stack seen before: a lookup and two loads a frame);
+ * libgcc's _Unwind_Backtrace, which reads it afresh at every frame (about
+ * 1.2 us for ten frames), serves whatever unwind.c does not understand, and
+ * every stack under SLABKIT_PROF=...,unwind=gcc.
  *
  * _Unwind_Backtrace comes from libgcc_s, which slabkit does not link (no
- * dependencies): it is looked up on the first sample (dlsym, else dlopen),
+ * dependencies): it is looked up when first needed (dlsym, else dlopen),
  * which may allocate; the caller's in_prof guard keeps those allocations
- * unsampled.  glibc's backtrace() does the same lookup, then copies frames
- * one call at a time; calling the unwinder directly saves that and lets the
- * walk skip slabkit's own frames as it goes. */
+ * unsampled. */
 #include <dlfcn.h>
 #include <unwind.h>
 #include "prof_int.h"
+#include "../core/options.h"
+#include "../core/report.h"
 #include "../core/self.h"
 
 typedef _Unwind_Reason_Code (*backtrace_fn)(_Unwind_Trace_Fn, void *);
@@ -58,7 +59,7 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
     return w->st->depth < PROF_DEPTH ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
-void stack_capture(struct prof_stack *st)
+static void gcc_capture(struct prof_stack *st)
 {
     st->depth = 0;
     int state = __atomic_load_n(&unwinder_state, __ATOMIC_ACQUIRE);
@@ -70,4 +71,37 @@ void stack_capture(struct prof_stack *st)
         return;
     struct walk w = { st, false };
     unwind_backtrace(walk_frame, &w);
+}
+
+/* unwind=check: libgcc's walk too; a difference is reported (once) and
+ * libgcc's stack kept. */
+static void check_against_gcc(struct prof_stack *st)
+{
+    static int reported;
+    struct prof_stack gcc;
+    gcc_capture(&gcc);
+    unsigned i = 0;
+    while (i < st->depth && i < gcc.depth && st->pc[i] == gcc.pc[i])
+        i++;
+    if ((i < st->depth || i < gcc.depth) && !__atomic_exchange_n(&reported, 1, __ATOMIC_RELAXED))
+        sk_warn("SLABKIT_PROF: unwind=check: the stacks differ at frame %u of %u/%u: %p (unwind.c) vs %p (libgcc)",
+                i, st->depth, gcc.depth, i < st->depth ? (void *)st->pc[i] : NULL,
+                i < gcc.depth ? (void *)gcc.pc[i] : NULL);
+    *st = gcc;
+}
+
+SK_NOINLINE void stack_capture(struct prof_stack *st)
+{
+#if defined(__x86_64__)
+    if (sk_opt.prof.unwind != UNWIND_GCC) {
+        uintptr_t pc, sp, bp;
+        __asm__ volatile("leaq 0(%%rip), %0\n\tmovq %%rsp, %1\n\tmovq %%rbp, %2" : "=r"(pc), "=r"(sp), "=r"(bp));
+        if (unwind_fast(pc, sp, bp, st)) {
+            if (sk_opt.prof.unwind == UNWIND_CHECK)
+                check_against_gcc(st);
+            return;
+        }
+    }
+#endif
+    gcc_capture(st);
 }
