@@ -24,11 +24,12 @@ from slabkit.prof.symbols import Symbolizer
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGES = ["buddy", "ibuddy"]
 
-# sites.c's sites: (function, blocks, class bytes).  site_temp's 3000 bytes
+# sites.c's sites: (function, blocks, bytes counted).  site_temp's 3000 bytes
 # come from the 3072-byte class, site_keep's 96 from the 96-byte one, and the
-# profile counts what served them.
+# profile counts what served them; site_large's page blocks count the size
+# asked for (and, being page blocks, are all sampled at an interval below it).
 TRUTH = {"site_keep": (20000, 96), "site_temp": (200000, 3072), "site_mid": (4000, 20480),
-         "site_large": (300, 25 * 4096)}
+         "site_large": (300, 100000)}
 LEAKS = {"leak_big": 2 << 20, "leak_one": 1 << 20}
 
 
@@ -62,6 +63,8 @@ def by_function(path):
 
 
 def sigma(n, size, interval):
+    if size >= interval and size > 32768:      # a page block of the interval or more: always sampled, exact
+        return 0.0
     p = 1 - math.exp(-size / interval)
     return size * math.sqrt(n * (1 - p) / p)
 
