@@ -40,19 +40,30 @@ static int pick(const char *var, const char *value, const char *const *names, in
     return -1;
 }
 
+/* The next item of the comma list at *p, copied into word (cut to cap - 1
+ * bytes; empty for ",," or a trailing comma); false at the list's end. */
+static bool next_item(const char **p, char *word, size_t cap)
+{
+    if (!**p)
+        return false;
+    const char *end = strchr(*p, ',');
+    size_t n = end ? (size_t)(end - *p) : strlen(*p);
+    size_t k = n < cap ? n : cap - 1;
+    memcpy(word, *p, k);
+    word[k] = '\0';
+    *p += n;
+    if (**p == ',')
+        (*p)++;
+    return true;
+}
+
 static unsigned parse_debug(const char *value)
 {
     unsigned bits = 0;
-    const char *p = value;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        char word[32];
-        if (n >= sizeof word) n = sizeof word - 1;
-        memcpy(word, p, n);
-        word[n] = '\0';
-        if (n == 0) {
-            /* empty item (",," or trailing comma): nothing to turn on */
+    char word[32];
+    for (const char *p = value; next_item(&p, word, sizeof word);) {
+        if (!*word) {
+            /* empty item: nothing to turn on */
         } else if (strcmp(word, "all") == 0) {
             bits |= DEBUG_ALL;
         } else {
@@ -62,8 +73,6 @@ static unsigned parse_debug(const char *value)
             else
                 bits |= 1u << i;
         }
-        p += n;
-        if (*p == ',') p++;
     }
     return bits;
 }
@@ -105,16 +114,10 @@ static int parse_signal(const char *s)
 static void parse_prof(const char *value)
 {
     static char dump_path[4096];
-    const char *p = value;
     bool on = false;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        char word[4200];
-        if (n >= sizeof word) n = sizeof word - 1;
-        memcpy(word, p, n);
-        word[n] = '\0';
-        if (n == 0) {
+    char word[sizeof dump_path + 8];
+    for (const char *p = value; next_item(&p, word, sizeof word);) {
+        if (!*word) {
         } else if (strcmp(word, "on") == 0 || strcmp(word, "1") == 0) {
             on = true;
         } else if (strcmp(word, "off") == 0 || strcmp(word, "0") == 0) {
@@ -128,8 +131,8 @@ static void parse_prof(const char *value)
                 sk_warn("SLABKIT_PROF: sample=%s is not understood (valid: 1 byte .. 1 TiB, as 524288, 512k or 4M)",
                         word + 7);
             }
-        } else if (strncmp(word, "dump=", 5) == 0 && word[5] && n - 5 < sizeof dump_path) {
-            memcpy(dump_path, word + 5, n - 5 + 1);
+        } else if (strncmp(word, "dump=", 5) == 0 && word[5] && strlen(word + 5) < sizeof dump_path) {
+            strcpy(dump_path, word + 5);
             sk_opt.prof.dump = dump_path;
             on = true;
         } else if (strncmp(word, "unwind=", 7) == 0) {
@@ -144,11 +147,9 @@ static void parse_prof(const char *value)
                 sk_warn("SLABKIT_PROF: signal=%s is not understood (valid: USR1, USR2, a signal number, none)",
                         word + 7);
         } else {
-            sk_warn("SLABKIT_PROF: '%s' is not understood (valid: on, off, sample=BYTES, dump=PATH, signal=SIG, unwind=fast|gcc|check)",
-                    word);
+            sk_warn("SLABKIT_PROF: '%s' is not understood (valid: on, off, sample=BYTES, dump=PATH, signal=SIG, "
+                    "unwind=fast|gcc|check)", word);
         }
-        p += n;
-        if (*p == ',') p++;
     }
     if (on && !sk_opt.prof.interval)
         sk_opt.prof.interval = PROF_INTERVAL_DEFAULT;
