@@ -198,6 +198,26 @@ def test_on_demand_from_a_running_process(lib, sites_exe, tmp_path, slabkit_cli)
         p.wait()
 
 
+def test_on_demand_from_a_busy_process(lib, sites_exe, tmp_path, slabkit_cli):
+    # Threads sampling all the time (a sample every 4 KiB): the signal often
+    # lands while the profile's lock is held, and the dump is left to its holder.
+    e = dict(clean_env(), LD_PRELOAD=lib, SLABKIT_PROF="sample=4k")
+    p = subprocess.Popen([sites_exe, "spin", "3"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        for i in range(5):
+            out = tmp_path / f"busy{i}.heap"
+            r = subprocess.run([slabkit_cli, "prof", str(p.pid), "-o", str(out), "--quiet"], capture_output=True,
+                               text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            prof = load(str(out))
+            assert prof.meta["reason"] == "signal" and int(prof.meta["samples"]) > 0
+        assert p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_on_demand_refuses_a_process_without_the_profiler(lib, sites_exe, slabkit_cli):
     e = dict(clean_env(), LD_PRELOAD=lib)
     p = subprocess.Popen([sites_exe, "wait"], env=e, stdout=subprocess.PIPE, text=True)
@@ -294,11 +314,20 @@ def progs(tmp_path_factory):
     return {p["name"]: p for p in programs.programs(str(tmp_path_factory.mktemp("prof-real")), 0.5)}
 
 
+@pytest.fixture(scope="module")
+def glibc_outputs():
+    return {}
+
+
+@pytest.mark.parametrize("design", DESIGNS)
 @pytest.mark.parametrize("name", sorted(REAL))
-def test_real_programs(lib, progs, tmp_path, name):
+def test_real_programs(lib, progs, glibc_outputs, tmp_path, name, design):
     prog = real_program(progs, name)
-    want = prog["run"](clean_env())[0]
-    env = dict(clean_env(), LD_PRELOAD=lib, SLABKIT_PROF=f"sample=64k,dump={tmp_path}/p.%p.heap")
+    if name not in glibc_outputs:
+        glibc_outputs[name] = prog["run"](clean_env())[0]
+    want = glibc_outputs[name]
+    env = dict(clean_env(), LD_PRELOAD=lib, SLABKIT_DESIGN=design,
+               SLABKIT_PROF=f"sample=64k,dump={tmp_path}/p.%p.heap")
     got = prog["run"](env)[0]
     assert got == want, f"{name} printed something else under the profiler"
     check = dict(env, SLABKIT_PROF=f"sample=16k,unwind=check,dump={tmp_path}/c.%p.heap")

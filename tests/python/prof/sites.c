@@ -3,7 +3,8 @@
  * MODE: work (the sites below, then exit), threads (the work in THREADS
  * threads), fork (work, then a child that leaks CHILD_LEAK and exits),
  * wait (work, then "ready" on stdout and sleep until killed), churn (threads
- * allocating and freeing random sizes for a while: a stress of the profiler).
+ * allocating and freeing random sizes for a while: a stress of the profiler),
+ * spin (the churn without end, after "ready": a busy process to signal).
  * Each site is a function of its own (noinline), so its stack names it. */
 #include <pthread.h>
 #include <stdint.h>
@@ -79,11 +80,13 @@ static void leaks(void)
 
 static void *thread_work(void *arg) { (void)arg; work(); return NULL; }
 
+static long churn_rounds = 400000;
+
 static void *churn(void *arg)
 {
     unsigned seed = (unsigned)(uintptr_t)arg;
     void *slot[512] = { 0 };
-    for (long i = 0; i < 400000; i++) {
+    for (long i = 0; i < churn_rounds || churn_rounds < 0; i++) {
         unsigned k = rand_r(&seed), j = k % 512;
         size_t size = (k >> 9) % 8 == 0 ? (k >> 12) % 300000 : (k >> 12) % 2000;
         if ((k >> 20) % 4 == 0) {
@@ -117,6 +120,12 @@ int main(int argc, char **argv)
         run_threads(thread_work, threads);
     else if (strcmp(mode, "churn") == 0)
         run_threads(churn, threads);
+    else if (strcmp(mode, "spin") == 0) {
+        churn_rounds = -1;
+        printf("ready\n");
+        fflush(stdout);
+        run_threads(churn, threads);
+    }
     else
         work();
     leaks();
