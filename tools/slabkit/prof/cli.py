@@ -204,3 +204,6 @@ def main(argv):
         return COMMANDS[argv[0]](argv[1:])
     except ProfileError as e:
         raise LabError(str(e))
+    except BrokenPipeError:               # the reader went away (| head): not an error of ours
+        sys.stderr.close()
+        return 0

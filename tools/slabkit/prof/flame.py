@@ -10,6 +10,7 @@ ROW = 17
 WIDTH = 1200
 FONT = 11
 CHAR_W = 6.6
+MIN_W = 1.0            # pixels: narrower boxes (and what is above them) are left out
 
 
 def folded_lines(stacks):
@@ -53,13 +54,15 @@ def svg(stacks, title, unit="bytes", fmt=None):
     """The flame graph of stacks ([(frames outermost first, value)]) as SVG text."""
     fmt = fmt or (lambda v: f"{v:,.0f} {unit}")
     root = _tree(stacks)
+    total = root.value or 1
     depth = 0
 
-    def measure(n, d):
+    def measure(n, d):                 # the depth of the boxes wide enough to draw
         nonlocal depth
         depth = max(depth, d)
         for k in n.kids.values():
-            measure(k, d + 1)
+            if k.value / total * (WIDTH - 20) >= MIN_W:
+                measure(k, d + 1)
 
     measure(root, 0)
     height = (depth + 1) * ROW + 40
@@ -67,11 +70,10 @@ def svg(stacks, title, unit="bytes", fmt=None):
            f'viewBox="0 0 {WIDTH} {height}" font-family="monospace" font-size="{FONT}">',
            f'<rect width="100%" height="100%" fill="#fdfdf6"/>',
            f'<text x="{WIDTH / 2}" y="18" text-anchor="middle" font-size="15">{html.escape(title)}</text>']
-    total = root.value or 1
 
     def draw(n, x, d, leaf_label):
         w = n.value / total * (WIDTH - 20)
-        if w < 0.3:
+        if w < MIN_W:
             return
         y = height - (d + 1) * ROW - 4
         share = 100 * n.value / total

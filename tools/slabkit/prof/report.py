@@ -15,6 +15,7 @@ from .profile import LIFE_LABELS, Site
 from .symbols import Symbolizer
 
 TOP = 15
+SITE_FRAMES = 5      # the tables' sites: stacks alike in their innermost frames (pprof and the flame graphs: whole stacks)
 
 
 def mib(b):
@@ -26,9 +27,11 @@ def error_text(site, samples=None):
     return "exact" if e == 0 else "n/a" if e == float("inf") else f"±{100 * e:.0f}%"
 
 
-def where(sym, site, frames=3):
-    fs = sym.stack(site.stack)
-    return " ← ".join(str(f) for f in fs[:frames]) if fs else "(no stack)"
+def where(sym, site, frames=SITE_FRAMES):
+    """The frames of the site's innermost return addresses (inlined calls
+    expanded): as many as tell the tables' sites apart."""
+    fs = sym.stack(site.stack[:frames])
+    return " ← ".join(str(f) for f in fs) if fs else "(no stack)"
 
 
 def folded(profile, sym, what="alloc_b"):
@@ -43,9 +46,10 @@ def folded(profile, sym, what="alloc_b"):
 
 
 class Group:
-    """The sites of one call stack, whatever served them (a buffer grown by
-    realloc is served by one page class after another): their figures
-    summed, labelled by the cache or class with the most bytes."""
+    """The sites whose stacks share their SITE_FRAMES innermost frames,
+    whatever served them (a buffer grown by realloc is served by one page
+    class after another): their figures summed, labelled by the cache or
+    class with the most bytes."""
     FIELDS = ("alloc_n", "alloc_b", "live_n", "live_b", "peak_n", "peak_b", "samples", "live_samples", "exact")
 
     def __init__(self, sites):
@@ -67,7 +71,7 @@ class Group:
 def groups(profile):
     by_stack = {}
     for s in profile.sites:
-        by_stack.setdefault(tuple(s.stack), []).append(s)
+        by_stack.setdefault(tuple(s.stack[:SITE_FRAMES]), []).append(s)
     return [Group(v) for v in by_stack.values()]
 
 
