@@ -81,6 +81,16 @@ static int64_t sleb(struct reader *r)
     return 0;
 }
 
+/* Skips a block of uleb-counted bytes (a DWARF expression, augmentation data). */
+static void skip_block(struct reader *r)
+{
+    uint64_t n = uleb(r);
+    if (n > (uint64_t)(r->end - r->p))
+        r->bad = true;
+    else
+        r->p += n;
+}
+
 static uint64_t fixed(struct reader *r, unsigned n)
 {
     if (r->end - r->p < (ptrdiff_t)n) {
@@ -285,14 +295,14 @@ static bool run_program(struct reader *r, const struct cie *c, uintptr_t loc, ui
         case 0x0c: row->cfa_reg = (int)uleb(r); row->cfa_off = (int64_t)uleb(r); break;
         case 0x0d: row->cfa_reg = (int)uleb(r); break;
         case 0x0e: row->cfa_off = (int64_t)uleb(r); break;
-        case 0x0f: r->p += uleb(r); row->cfa_reg = -1; break;            /* def_cfa_expression */
-        case 0x10: reg = uleb(r); r->p += uleb(r); set_reg(row, reg, HOW_OTHER, 0); break;
+        case 0x0f: skip_block(r); row->cfa_reg = -1; break;             /* def_cfa_expression */
+        case 0x10: reg = uleb(r); skip_block(r); set_reg(row, reg, HOW_OTHER, 0); break;
         case 0x11: reg = uleb(r); set_reg(row, reg, HOW_OFFSET, sleb(r) * c->data_align); break;
         case 0x12: row->cfa_reg = (int)uleb(r); row->cfa_off = sleb(r) * c->data_align; break;
         case 0x13: row->cfa_off = sleb(r) * c->data_align; break;
         case 0x14: reg = uleb(r); uleb(r); set_reg(row, reg, HOW_OTHER, 0); break;
         case 0x15: reg = uleb(r); sleb(r); set_reg(row, reg, HOW_OTHER, 0); break;
-        case 0x16: reg = uleb(r); r->p += uleb(r); set_reg(row, reg, HOW_OTHER, 0); break;
+        case 0x16: reg = uleb(r); skip_block(r); set_reg(row, reg, HOW_OTHER, 0); break;
         case 0x2e: uleb(r); break;                                       /* GNU_args_size */
         case 0x2f: reg = uleb(r); set_reg(row, reg, HOW_OFFSET, -(int64_t)uleb(r) * c->data_align); break;
         default: return false;
@@ -321,7 +331,7 @@ static struct rule compute_rule(uintptr_t key)
     uintptr_t begin = encoded(&r, c.fde_enc, 0);
     uintptr_t range = encoded(&r, c.fde_enc & 0x0f, 0);
     if (c.augmented)
-        r.p += uleb(&r);
+        skip_block(&r);
     if (r.bad || key < begin || key >= begin + range)
         return none;
     struct row row = { REG_RSP, 8, HOW_SAME, HOW_OFFSET, 0, -8 }, initial;
