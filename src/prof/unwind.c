@@ -66,15 +66,14 @@ static uint64_t uleb(struct reader *r)
 
 static int64_t sleb(struct reader *r)
 {
-    int64_t v = 0;
-    unsigned shift = 0;
-    for (; r->p < r->end && shift < 64; shift += 7) {
+    uint64_t v = 0;
+    for (unsigned shift = 0; r->p < r->end && shift < 64; shift += 7) {
         uint8_t b = *r->p++;
-        v |= (int64_t)(b & 0x7f) << shift;
+        v |= (uint64_t)(b & 0x7f) << shift;
         if (!(b & 0x80)) {
             if (shift + 7 < 64 && (b & 0x40))
-                v |= -((int64_t)1 << (shift + 7));
-            return v;
+                v |= ~(uint64_t)0 << (shift + 7);        /* sign-extend */
+            return (int64_t)v;
         }
     }
     r->bad = true;
