@@ -173,8 +173,12 @@ def start_waiting(lib, exe, prof):
 def test_profile_written_when_killed(lib, sites_exe, tmp_path, sig):
     out = tmp_path / "k.heap"
     p = start_waiting(lib, sites_exe, f"dump={out}")
-    p.send_signal(sig)
-    assert p.wait(timeout=30) == -sig, "the process must still die of the signal"
+    try:
+        p.send_signal(sig)
+        assert p.wait(timeout=30) == -sig, "the process must still die of the signal"
+    finally:
+        p.kill()
+        p.wait()
     prof, f = by_function(out)
     assert prof.meta["reason"] == "killed"
     assert f["leak_big"][1] == 2 << 20
