@@ -1,4 +1,5 @@
 /* options.c — one table of environment options; see options.h. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include "options.h"
@@ -13,12 +14,14 @@ struct sk_options sk_opt = {
     .stats = NULL,
     .return_mode = RETURN_DONTNEED,
     .return_delay_ms = 1000,
+    .prof = { .interval = 0, .dump = NULL, .signal = SIGUSR1 },
 };
 
 static const char *const design_names[DESIGN_COUNT] = { "slab", "slub", "slob", "slqb" };
 static const char *const pages_names[PAGES_COUNT] = { "buddy", "ibuddy" };
 static const char *const return_names[] = { "dontneed", "free", "off" };
 static const char *const debug_names[] = { "audit", "poison", "redzone", "leaks", "guard" };
+static const char *const unwind_names[] = { "fast", "gcc", "check" };
 
 const char *design_name(enum sk_design d) { return d < DESIGN_COUNT ? design_names[d] : "?"; }
 const char *pages_name(enum sk_pages p) { return p < PAGES_COUNT ? pages_names[p] : "?"; }
@@ -37,19 +40,30 @@ static int pick(const char *var, const char *value, const char *const *names, in
     return -1;
 }
 
+/* The next item of the comma list at *p, copied into word (cut to cap - 1
+ * bytes; empty for ",," or a trailing comma); false at the list's end. */
+static bool next_item(const char **p, char *word, size_t cap)
+{
+    if (!**p)
+        return false;
+    const char *end = strchr(*p, ',');
+    size_t n = end ? (size_t)(end - *p) : strlen(*p);
+    size_t k = n < cap ? n : cap - 1;
+    memcpy(word, *p, k);
+    word[k] = '\0';
+    *p += n;
+    if (**p == ',')
+        (*p)++;
+    return true;
+}
+
 static unsigned parse_debug(const char *value)
 {
     unsigned bits = 0;
-    const char *p = value;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        char word[32];
-        if (n >= sizeof word) n = sizeof word - 1;
-        memcpy(word, p, n);
-        word[n] = '\0';
-        if (n == 0) {
-            /* empty item (",," or trailing comma): nothing to turn on */
+    char word[32];
+    for (const char *p = value; next_item(&p, word, sizeof word);) {
+        if (!*word) {
+            /* empty item: nothing to turn on */
         } else if (strcmp(word, "all") == 0) {
             bits |= DEBUG_ALL;
         } else {
@@ -59,10 +73,88 @@ static unsigned parse_debug(const char *value)
             else
                 bits |= 1u << i;
         }
-        p += n;
-        if (*p == ',') p++;
     }
     return bits;
+}
+
+/* BYTES for SLABKIT_PROF=sample=: a count with an optional k, m or g (KiB,
+ * MiB, GiB); 0 when it is not one (or out of 1 byte .. 1 TiB). */
+static uint64_t parse_bytes(const char *s)
+{
+    char *end;
+    unsigned long long n = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    if (*end == 'k' || *end == 'K') shift = 10;
+    else if (*end == 'm' || *end == 'M') shift = 20;
+    else if (*end == 'g' || *end == 'G') shift = 30;
+    if (shift)
+        end++;
+    if (end == s || *s == '-' || (*end && strcmp(end, "B") && strcmp(end, "iB")) || n == 0 || n > (1ull << 40) >> shift)
+        return 0;
+    return (uint64_t)n << shift;
+}
+
+/* SIG for SLABKIT_PROF=signal=: USR1, USR2 (with or without SIG), a number,
+ * or none; -1 when it is not one. */
+static int parse_signal(const char *s)
+{
+    if (strncmp(s, "SIG", 3) == 0)
+        s += 3;
+    if (strcmp(s, "USR1") == 0) return SIGUSR1;
+    if (strcmp(s, "USR2") == 0) return SIGUSR2;
+    if (strcmp(s, "none") == 0 || strcmp(s, "0") == 0) return 0;
+    char *end;
+    long n = strtol(s, &end, 10);
+    return *s && !*end && n > 0 && n < NSIG && n != SIGKILL && n != SIGSTOP ? (int)n : -1;
+}
+
+/* SLABKIT_PROF: a comma list of on, off, sample=BYTES, dump=PATH,
+ * signal=SIG and unwind=fast|gcc|check; on, sample= or dump= turns the profiler on.  The path is
+ * copied: the environment may change under a running program. */
+static void parse_prof(const char *value)
+{
+    static char dump_path[4096];
+    bool on = false;
+    char word[sizeof dump_path + 8];
+    for (const char *p = value; next_item(&p, word, sizeof word);) {
+        if (!*word) {
+        } else if (strcmp(word, "on") == 0 || strcmp(word, "1") == 0) {
+            on = true;
+        } else if (strcmp(word, "off") == 0 || strcmp(word, "0") == 0) {
+            on = false;
+        } else if (strncmp(word, "sample=", 7) == 0) {
+            uint64_t b = parse_bytes(word + 7);
+            if (b) {
+                sk_opt.prof.interval = b;
+                on = true;
+            } else {
+                sk_warn("SLABKIT_PROF: sample=%s is not understood (valid: 1 byte .. 1 TiB, as 524288, 512k or 4M)",
+                        word + 7);
+            }
+        } else if (strncmp(word, "dump=", 5) == 0 && word[5] && strlen(word + 5) < sizeof dump_path) {
+            strcpy(dump_path, word + 5);
+            sk_opt.prof.dump = dump_path;
+            on = true;
+        } else if (strncmp(word, "unwind=", 7) == 0) {
+            int i = pick("SLABKIT_PROF: unwind", word + 7, unwind_names, (int)ARRAY_SIZE(unwind_names));
+            if (i >= 0)
+                sk_opt.prof.unwind = i;
+        } else if (strncmp(word, "signal=", 7) == 0) {
+            int sig = parse_signal(word + 7);
+            if (sig >= 0)
+                sk_opt.prof.signal = sig;
+            else
+                sk_warn("SLABKIT_PROF: signal=%s is not understood (valid: USR1, USR2, a signal number, none)",
+                        word + 7);
+        } else {
+            sk_warn("SLABKIT_PROF: '%s' is not understood (valid: on, off, sample=BYTES, dump=PATH, signal=SIG, "
+                    "unwind=fast|gcc|check)", word);
+        }
+    }
+    if (on && !sk_opt.prof.interval)
+        sk_opt.prof.interval = PROF_INTERVAL_DEFAULT;
+    if (!on)
+        sk_opt.prof.interval = 0;
 }
 
 void options_init(void)
@@ -104,4 +196,6 @@ void options_init(void)
         else
             sk_opt.zone_pages = n;
     }
+    if ((v = getenv("SLABKIT_PROF")) && *v)
+        parse_prof(v);
 }

@@ -33,7 +33,16 @@ struct sk_options {
     enum sk_return return_mode; /* SLABKIT_RETURN: dontneed (default), free, off */
     unsigned       return_delay_ms; /* SLABKIT_RETURN_DELAY_MS: how long free memory stays before it is returned */
     uint64_t       zone_pages;  /* SLABKIT_ZONE_PAGES: frames the page layer may hold, 0 unbounded */
+    struct sk_prof_options {    /* SLABKIT_PROF (src/prof): the sampling heap profiler */
+        uint64_t    interval;   /* mean bytes between samples; 0: off */
+        const char *dump;       /* where the profile goes at exit (%p: the pid), or NULL */
+        int         signal;     /* the signal that dumps it on demand; 0: none */
+        enum { UNWIND_FAST, UNWIND_GCC, UNWIND_CHECK } unwind;  /* stacks: src/prof/unwind.c, libgcc, both */
+    } prof;
 };
+
+/* SLABKIT_PROF's default sampling interval: jemalloc's (lg_prof_sample 19). */
+#define PROF_INTERVAL_DEFAULT ((uint64_t)512 << 10)
 
 extern struct sk_options sk_opt;
 

@@ -68,6 +68,13 @@ struct sk_thread {
     uint32_t tid;                /* kernel thread id, for audit records */
     uint64_t rng;                /* per-thread xorshift state (colouring, sampling) */
     uint32_t in_debug;           /* debug layer re-entered (stack capture may allocate) */
+    /* Heap profiler (src/prof): bytes this thread may still allocate before
+     * its next sample (its wrappers of the design's operations count them
+     * down; never written in the static states, where it stays 0), whether
+     * that clock has been started, and a guard against sampling inside the
+     * profiler (the unwinder may allocate). */
+    int64_t prof_left;
+    uint8_t prof_armed, in_prof;
     struct sk_thread *next, *prev;  /* all live threads, under thread_list_lock */
 };
 

@@ -20,6 +20,7 @@
 #include "../core/options.h"
 #include "../core/report.h"
 #include "debug.h"
+#include "../prof/prof.h"
 
 struct design_ops sk_design;
 struct sk_lock cache_list_lock = SK_LOCK_INIT;
@@ -222,6 +223,8 @@ void cache_init(void)
         sk_design.alloc_checked = cache_alloc_checked_shim;
     if (!sk_design.alloc_hot || sk_opt.debug)
         sk_design.alloc_hot = cache_alloc_hot_shim;
+    if (sk_opt.prof.interval)
+        prof_install();                /* wraps the finished table (SLABKIT_PROF) */
     page_set_reclaim_hook(cache_reap_all_urgent);
     page_set_tick_hook(cache_page_tick);
     fork_hooks_install();
@@ -480,7 +483,7 @@ void cache_bad_free(struct kmem_cache *cp, const void *p, const char *what)
 
 /* Large blocks: whole pages from the page layer (exact), head PAGE_LARGE with
  * the page count in priv[0]. */
-void *cache_large_alloc(size_t size, size_t align, int flags)
+static void *large_alloc(size_t size, size_t align, int flags)
 {
     size_t npages = ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT;
     if (npages < (size >> PAGE_SHIFT))      /* overflow */
@@ -512,6 +515,14 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
     d->kind = PAGE_LARGE;
     d->priv[0] = take;
     large_block_init(d);
+    return p;
+}
+
+void *cache_large_alloc(size_t size, size_t align, int flags)
+{
+    void *p = large_alloc(size, align, flags);
+    if (unlikely(prof_on) && p)
+        prof_large_alloc(p, size);
     return p;
 }
 
@@ -593,6 +604,8 @@ SK_COLD static void kfree_bad(void *p)
 
 void cache_kfree(void *p)
 {
+    if (unlikely(prof_on))
+        prof_free(p);                  /* a sampled block is always freed here (src/prof/sample.c) */
     struct page_desc *d = page_desc_of(p);
     if (likely(d != NULL)) {
         if (likely(d->kind == PAGE_SLAB)) {

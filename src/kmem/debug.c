@@ -34,9 +34,7 @@
  * Locking: quarantine_lock, ring_lock and one lock per audit stripe; all
  * leaves (nothing is called while holding them but the internal allocator).
  */
-#include <dlfcn.h>
 #include <execinfo.h>
-#include <link.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -45,6 +43,7 @@
 #include "debug.h"
 #include "../core/options.h"
 #include "../core/report.h"
+#include "../core/self.h"
 
 bool debug_on;
 
@@ -230,48 +229,6 @@ static struct audit_rec *audit_find(uintptr_t addr, bool create, struct audit_st
     return r;
 }
 
-/* The frames to hide from a stack: slabkit's own.  When slabkit is a shared
- * object, every frame inside it: the address range of its loaded segments,
- * found once with dl_iterate_phdr.  (It used to be a dladdr() per frame;
- * dladdr scans the symbol table of the object holding the address, and the
- * first frame outside slabkit is the program's -- clang with its huge
- * libLLVM spent 93% of its time in _dl_addr and compiled one file in 130 s
- * instead of 0.4 s.)  When slabkit is linked into the program, the debug
- * layer's own three frames (capture skips them). */
-static uintptr_t self_lo, self_hi;
-
-static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
-{
-    (void)size;
-    uintptr_t me = (uintptr_t)arg, lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t s = info->dlpi_addr + ph->p_vaddr, e = s + ph->p_memsz;
-        if (s < lo) lo = s;
-        if (e > hi) hi = e;
-    }
-    if (me < lo || me >= hi)
-        return 0;
-    self_lo = lo;
-    self_hi = hi;
-    return 1;
-}
-
-static bool own_frame(void *pc)
-{
-    static int shared = -1;            /* racing first calls compute the same values */
-    int sh = __atomic_load_n(&shared, __ATOMIC_ACQUIRE);
-    if (sh < 0) {
-        Dl_info info;
-        sh = dladdr((void *)own_frame, &info) && info.dli_fname && strstr(info.dli_fname, ".so") &&
-             dl_iterate_phdr(find_self, (void *)(uintptr_t)own_frame) ? 1 : 0;
-        __atomic_store_n(&shared, sh, __ATOMIC_RELEASE);
-    }
-    return sh == 1 && (uintptr_t)pc >= self_lo && (uintptr_t)pc < self_hi;
-}
-
 static void capture(struct txn *t, struct sk_thread *self)
 {
     t->tid = self->tid;
@@ -284,7 +241,7 @@ static void capture(struct txn *t, struct sk_thread *self)
     int n = backtrace(frames, AUDIT_DEPTH + 3);
     self->in_debug = 0;
     int skip = n > 3 ? 3 : 0;     /* capture, record, and the debug hook */
-    while (skip < n - 1 && own_frame(frames[skip]))
+    while (skip < n - 1 && self_code(frames[skip]))
         skip++;
     for (int i = skip; i < n && t->depth < AUDIT_DEPTH; i++)
         t->stack[t->depth++] = frames[i];

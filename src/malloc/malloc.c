@@ -19,6 +19,7 @@
 #include <malloc.h>
 #include "malloc_int.h"
 #include "../kmem/debug.h"
+#include "../prof/prof.h"
 #include "../core/report.h"
 
 struct malloc_class malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
@@ -224,8 +225,11 @@ SK_NOINLINE static void *realloc_slow(void *p, size_t size)
         return nomem();
     if (!debug_on) {
         void *q = realloc_in_place(p, size);
-        if (q)
+        if (q) {
+            if (unlikely(prof_on))
+                prof_realloc(p, q, size);
             return q;
+        }
     }
     void *q = NULL;
     if (size > have) {

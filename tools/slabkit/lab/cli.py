@@ -1,5 +1,5 @@
-"""cli.py — the `slabkit` command line: bench, report, stats, record, replay,
-allocators, workloads (each with --help).  User mistakes end in one line on
+"""cli.py — the `slabkit` command line: bench, report, stats, prof, record,
+replay, allocators, workloads (each with --help).  User mistakes end in one line on
 stderr and exit status 2, never a traceback.  Installed as the console script
 `slabkit` (build/bin/slabkit); finds the build as slabkit.env says."""
 import argparse
@@ -341,6 +341,12 @@ def make_parser():
     s.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the process to answer")
     s.set_defaults(func=cmd_stats)
 
+    pr = sub.add_parser("prof", help="heap profiles: a running process's (prof PID), prof run -- CMD, "
+                        "prof report FILE, prof folded FILE", add_help=False,
+                        description="The sampling heap profiler's tools (slabkit prof --help).")
+    pr.add_argument("args", nargs=argparse.REMAINDER)
+    pr.set_defaults(func=cmd_prof)
+
     rec = sub.add_parser("record", help="record the allocation trace of a command",
                          description="Runs CMD with libslabkit_record.so preloaded and writes every malloc, "
                                      "calloc, realloc, memalign and free (size, thread, time) as a compact binary "
@@ -377,6 +383,11 @@ def make_parser():
     return p
 
 
+def cmd_prof(args):
+    from ..prof.cli import main as prof_main
+    return prof_main(args.args)
+
+
 def cmd_evaluate(args):
     imas = os.path.join(build_dir(), "bin", "imas")
     if not os.path.exists(imas):
@@ -386,6 +397,13 @@ def cmd_evaluate(args):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["prof"]:               # its own sub-commands and --help (slabkit.prof.cli)
+        try:
+            return cmd_prof(argparse.Namespace(args=argv[1:]))
+        except LabError as e:
+            sys.stderr.write(f"slabkit prof: error: {e}\n")
+            return 2
     p = make_parser()
     args = p.parse_args(argv)
     if not getattr(args, "func", None):

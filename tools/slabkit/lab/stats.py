@@ -24,8 +24,9 @@ def stats_path(pid):
     return os.path.join(STATS_DIR, f"slabkit-stats.{pid}")
 
 
-def check_target(pid):
-    """LabError unless pid is a process that runs on slabkit and accepts the signal."""
+def target_env(pid):
+    """The environment of pid (a list of b"NAME=value"); LabError unless pid is
+    a process that runs on slabkit."""
     if not os.path.exists(f"/proc/{pid}"):
         raise LabError(f"no process {pid}")
     try:
@@ -42,7 +43,12 @@ def check_target(pid):
         on_slabkit = False
     if not on_slabkit:
         raise LabError(f"process {pid} does not run on slabkit (libslabkit.so is not mapped)")
-    if b"SLABKIT_STATS_SIGNAL=1" not in env:
+    return env
+
+
+def check_target(pid):
+    """LabError unless pid is a process that runs on slabkit and accepts the signal."""
+    if b"SLABKIT_STATS_SIGNAL=1" not in target_env(pid):
         raise LabError(f"process {pid} was not started with SLABKIT_STATS_SIGNAL=1, so it cannot be asked "
                        "for its statistics (or use SLABKIT_STATS=FILE for a dump at exit)")
 
