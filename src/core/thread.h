@@ -34,6 +34,7 @@
 #include "lock.h"
 
 struct page_desc;
+struct kmem_cache;
 
 #define THREAD_CPU_INLINE 128    /* per-cache slots held inline: the generic caches and 64 more */
 #define THREAD_CPU_OVERFLOW THREAD_CPU_INLINE   /* slot of caches with larger ids: hot[] always zero */
@@ -68,6 +69,7 @@ struct sk_thread {
     uint32_t tid;                /* kernel thread id, for audit records */
     uint64_t rng;                /* per-thread xorshift state (colouring, sampling) */
     uint32_t in_debug;           /* debug layer re-entered (stack capture may allocate) */
+    struct kmem_cache *debug_alloc;  /* debug layer: the cache being allocated from (debug.c) */
     /* Heap profiler (src/prof): bytes this thread may still allocate before
      * its next sample (its wrappers of the design's operations count them
      * down; never written in the static states, where it stays 0), whether

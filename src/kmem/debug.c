@@ -578,8 +578,16 @@ void debug_note_free(const void *p)
 /* --- The wrapped operations --------------------------------------------- */
 
 /* The cache this thread is allocating from (a design makes new slabs only
- * inside its alloc). */
-static __thread struct kmem_cache *alloc_cache __attribute__((tls_model("initial-exec")));
+ * inside its alloc), kept in the thread's struct: the library's static TLS
+ * is the one pointer sk_self (a library dlopen()ed later gets little more).
+ * A thread past its exit (the shared static state) records none, and its
+ * new slabs' trailers are not wiped. */
+SK_INLINE void set_alloc_cache(struct kmem_cache *cp)
+{
+    struct sk_thread *t = thread_self();
+    if (t->state == THREAD_LIVE)
+        t->debug_alloc = cp;
+}
 
 /* Runs on each object of a new slab: wipes the trailer.  The slab's pages may
  * have held this same cache's slab before (at the same base) and then another
@@ -589,7 +597,8 @@ static __thread struct kmem_cache *alloc_cache __attribute__((tls_model("initial
  * other cache's data as a write after free. */
 static void dbg_slab_ctor(void *obj, size_t size)
 {
-    struct kmem_cache *cp = alloc_cache;
+    struct sk_thread *t = sk_self;
+    struct kmem_cache *cp = t->state == THREAD_LIVE ? t->debug_alloc : NULL;
     if (cp && cp->object_size == size)
         memset((char *)obj + cp->size - TRAILER, 0, TRAILER);
 }
@@ -618,9 +627,9 @@ void debug_cache_destroy(struct kmem_cache *cp)
 
 static void *dbg_alloc(struct kmem_cache *cp, int flags)
 {
-    alloc_cache = cp;
+    set_alloc_cache(cp);
     void *p = real.alloc(cp, flags);
-    alloc_cache = NULL;
+    set_alloc_cache(NULL);
     if (!p || !cp->debug)
         return p;
     on_alloc(cp, p, cp->size, cp->object_size, stable_objects);
