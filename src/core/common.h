@@ -28,6 +28,16 @@
  * stable. */
 #define SK_FASTPATH  __attribute__((aligned(64)))
 
+/* Built with ThreadSanitizer (gcc or clang): the few plain loads of words
+ * other threads store atomically become atomic loads, so TSan models them. */
+#if defined(__SANITIZE_THREAD__)
+#define SK_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SK_TSAN 1
+#endif
+#endif
+
 #define ALIGN_UP(x, a)   (((x) + ((a) - 1)) & ~((uintptr_t)(a) - 1))
 #define ALIGN_DOWN(x, a) ((x) & ~((uintptr_t)(a) - 1))
 #define IS_POW2(x)       ((x) != 0 && ((x) & ((x) - 1)) == 0)

@@ -464,8 +464,9 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
     size_t npages = ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT;
     if (npages < (size >> PAGE_SHIFT))      /* overflow */
         return NULL;
-    /* An exact block of n pages is aligned to its covering power of two;
-     * a larger alignment asks for a block that big. */
+    /* A plain block is a run of exactly its pages at any alignment
+     * (page_alloc_run); an aligned one is an exact block, aligned to its
+     * covering power of two, and asks for a block as big as the alignment. */
     size_t min_pages = align > PAGE_SIZE ? align >> PAGE_SHIFT : 1;
     size_t take = npages > min_pages ? npages : min_pages;
     if (take > ((size_t)1 << MAX_ORDER))
@@ -478,7 +479,7 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
         if (cached)
             return cached;
     }
-    void *p = page_alloc_exact(take, flags);
+    void *p = align <= PAGE_SIZE ? page_alloc_run(take, flags) : page_alloc_exact(take, flags);
     if (!p)
         return NULL;
     struct page_desc *d = page_desc_of(p);

@@ -1,12 +1,14 @@
-/* os.c — the page layer's system calls (see os.h).  Aligned mappings are made
- * by mapping size + align and trimming both ends, so the kernel picks the
- * address and no hint can collide with someone else's mapping. */
+/* os.c — the page layer's system calls (see os.h).  Aligned mappings go
+ * where the kernel would put them when it can (os_place); fixed addresses
+ * are only ever taken with MAP_FIXED_NOREPLACE, so nothing of anyone else's
+ * is ever replaced. */
 #include <errno.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include "os.h"
 #include "../core/report.h"
 
@@ -18,46 +20,124 @@ void os_init(void)
                  "of 4 KiB or a divisor of it (larger pages are unsupported)", ps);
 }
 
-void *os_map_aligned(size_t size, size_t align, bool noreserve)
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000      /* Linux 4.17; older kernels take it as a hint */
+#endif
+
+static int prot_bits(enum os_prot prot)
 {
-    if (size == 0 || size + align < size)
-        return NULL;
-    int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : 0);
-    int saved = errno;
-    char *p = mmap(NULL, size + align, PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (p == MAP_FAILED) {
-        errno = saved;
-        return NULL;
-    }
-    uintptr_t start = ALIGN_UP((uintptr_t)p, align);
-    size_t head = start - (uintptr_t)p;
-    size_t tail = align - head;
-    if (head)
-        munmap(p, head);
-    if (tail)
-        munmap((char *)start + size, tail);
-    errno = saved;
-    return (void *)start;
+    return prot == OS_NONE ? PROT_NONE : prot == OS_READ ? PROT_READ : PROT_READ | PROT_WRITE;
 }
 
-void *os_reserve_aligned(size_t size, size_t align)
+/* One mmap; at (if not NULL) is a fixed address that must not replace
+ * anything.  NULL on failure with errno set (EEXIST: something is there);
+ * errno untouched on success. */
+static char *map_as(void *at, size_t size, enum os_prot prot, bool noreserve)
+{
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : 0) | (at ? MAP_FIXED_NOREPLACE : 0);
+    int saved = errno;
+    char *p = mmap(at, size, prot_bits(prot), flags, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (at && p != at) {                  /* a kernel that took it as a hint */
+        munmap(p, size);
+        errno = EEXIST;
+        return NULL;
+    }
+    errno = saved;
+    return p;
+}
+
+/* Everything but OS_RW_CHARGED is MAP_NORESERVE (a PROT_NONE mapping
+ * without it is charged when it is made writable). */
+static char *map(void *at, size_t size, enum os_prot prot)
+{
+    return map_as(at, size, prot, prot != OS_RW_CHARGED);
+}
+
+void *os_map_at(void *addr, size_t size, enum os_prot prot)
+{
+    return map(addr, size, prot);
+}
+
+/* How many aligned slots below the kernel's choice are tried when the
+ * trimmed over-map is refused. */
+#define PLACE_PROBES 16
+
+void *os_place(size_t size, size_t align, enum os_prot prot)
 {
     if (size == 0 || size + align < size)
         return NULL;
+    /* Where the kernel puts it: aligned already when mappings of whole
+     * slots stack downwards, as regions do. */
     int saved = errno;
-    char *p = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
+    char *p = map(NULL, size, prot);
+    if (!p) {
+        errno = saved;
+        return NULL;                     /* not even size fits */
+    }
+    if (!((uintptr_t)p & (align - 1)))
+        return p;
+    os_unmap(p, size);
+    /* The kernel takes the top of the highest gap that fits: the aligned
+     * address below p is inside the same gap unless the gap ends first. */
+    uintptr_t down = ALIGN_DOWN((uintptr_t)p, align);
+    if (down && (p = map((void *)down, size, prot)))
+        return p;
+    /* Map size + align and keep the aligned middle. */
+    p = map_as(NULL, size + align, OS_NONE, prot != OS_RW_CHARGED);
+    if (p) {
+        uintptr_t start = ALIGN_UP((uintptr_t)p, align);
+        size_t head = start - (uintptr_t)p, tail = align - head;
+        if (head)
+            os_unmap(p, head);
+        if (tail)
+            os_unmap((char *)start + size, tail);
+        if (prot == OS_NONE || os_protect((void *)start, size, prot))
+            return (void *)start;
+        os_unmap((void *)start, size);
+        return NULL;
+    }
+    /* Refused: an address-space limit with less than size + align left.
+     * The slots further below are often free. */
+    for (int i = 1; i <= PLACE_PROBES && down >= (uintptr_t)i * align; i++)
+        if ((p = map((void *)(down - (uintptr_t)i * align), size, prot)))
+            break;
+    errno = saved;
+    return p;
+}
+
+void *os_place_growable(size_t size, size_t align, enum os_prot prot)
+{
+    int saved = errno;
+    char *p = map(NULL, size, prot);
+    if (!p) {
         errno = saved;
         return NULL;
     }
-    uintptr_t start = ALIGN_UP((uintptr_t)p, align);
-    size_t head = start - (uintptr_t)p;
-    if (head)
-        munmap(p, head);
-    if (align - head)
-        munmap((char *)start + size, align - head);
+    os_unmap(p, size);
+    uintptr_t down = ALIGN_DOWN((uintptr_t)p, align);
+    for (int i = 1; i <= PLACE_PROBES && down >= (uintptr_t)i * align; i++)
+        if ((p = map((void *)(down - (uintptr_t)i * align), size, prot))) {
+            errno = saved;
+            return p;
+        }
     errno = saved;
-    return (void *)start;
+    return os_place(size, align, prot);
+}
+
+bool os_protect(void *p, size_t size, enum os_prot prot)
+{
+    int saved = errno;
+    int rc = mprotect(p, size, prot_bits(prot));
+    errno = saved;
+    return rc == 0;
+}
+
+bool os_as_limited(void)
+{
+    struct rlimit rl;
+    return getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
 }
 
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed)

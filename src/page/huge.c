@@ -1,13 +1,13 @@
 /* huge.c — allocations beyond MAX_ORDER, straight from the OS.  A huge block
  * is one mapping aligned to max(REGION_SIZE, align): its first page is a
  * header (struct huge_hdr), the user block starts `align` (>= PAGE_SIZE)
- * after it.  Every REGION_SIZE slot the mapping covers has region_map =
+ * after it.  Every REGION_SIZE slot the mapping covers has the region map entry =
  * header address (untagged, page.h), so huge_size/huge_owns are one load plus
  * a check, and page_desc_of() says "not a region page" for them.  Freed with munmap.
  * Resized with mremap (huge_resize): in place when the address space after
  * the mapping is free, else moved to a fresh aligned reservation (the kernel
  * moves the page tables; the header page moves with the block).
- * No lock: each mapping owns its region_map slots; statistics are atomic
+ * No lock: each mapping owns its slots in the region map; statistics are atomic
  * adds (this is never a fast path).  Slots a mapping gives up are cleared
  * before the address space is released (munmap, a moving or shrinking
  * mremap), so a region another thread maps there afterwards is never
@@ -33,16 +33,18 @@ static struct huge_hdr *huge_hdr_of(const void *p)
     uintptr_t a = (uintptr_t)p;
     if (a >> ADDRESS_BITS)
         return NULL;
-    uintptr_t e = __atomic_load_n(&region_map[a >> REGION_SHIFT], __ATOMIC_ACQUIRE);
+    uintptr_t e = map_entry(a >> REGION_SHIFT);
     if (e == 0 || (e & MAP_REGION))
         return NULL;
     return (struct huge_hdr *)e;
 }
 
+/* Sets the slots of [start, start+len) to value (their leaves exist:
+ * region_map_prepare). */
 static void mark(uintptr_t start, size_t len, uintptr_t value)
 {
     for (uintptr_t a = start; a < start + len; a += REGION_SIZE)
-        __atomic_store_n(&region_map[a >> REGION_SHIFT], value, __ATOMIC_RELEASE);
+        region_map_set(a >> REGION_SHIFT, value, NULL);
 }
 
 void *huge_alloc(size_t size, size_t align)
@@ -57,12 +59,12 @@ void *huge_alloc(size_t size, size_t align)
     size_t usable = ALIGN_UP(size, PAGE_SIZE);
     size_t len = align + usable;
     size_t map_align = align > REGION_SIZE ? align : REGION_SIZE;
-    char *base = os_map_aligned(len, map_align, false);
+    char *base = os_place(len, map_align, OS_RW_CHARGED);
     if (!base) {
         errno = ENOMEM;
         return NULL;
     }
-    if (((uintptr_t)base + len - 1) >> ADDRESS_BITS) {
+    if ((((uintptr_t)base + len - 1) >> ADDRESS_BITS) || !region_map_prepare((uintptr_t)base, len)) {
         os_unmap(base, len);
         errno = ENOMEM;
         return NULL;
@@ -115,7 +117,7 @@ static void unmark_beyond(uintptr_t start, size_t len, uintptr_t keep, size_t ke
 {
     for (uintptr_t a = start; a < start + len; a += REGION_SIZE)
         if (!keep_len || a >= ALIGN_UP(keep + keep_len, REGION_SIZE))
-            __atomic_store_n(&region_map[a >> REGION_SHIFT], 0, __ATOMIC_RELEASE);
+            region_map_set(a >> REGION_SHIFT, 0, NULL);
 }
 
 SK_COLD SK_NORETURN static void bad_resize(const void *p, const struct huge_hdr *h)
@@ -148,6 +150,8 @@ void *huge_resize(void *p, size_t size)
             mark((uintptr_t)base, old_len, (uintptr_t)base);
             return NULL;
         }
+    } else if (!region_map_prepare((uintptr_t)base, len)) {
+        return NULL;                     /* no leaf for the slots it would grow into */
     } else if (os_remap(base, old_len, len, NULL)) {
         /* Grown in place: the address space after it was free, so the new
          * slots are ours to mark (below). */
@@ -157,10 +161,10 @@ void *huge_resize(void *p, size_t size)
          * (the block is the caller's, nobody else looks it up) and restored
          * if the move fails. */
         size_t map_align = align > REGION_SIZE ? align : REGION_SIZE;
-        char *nb = os_reserve_aligned(len, map_align);
+        char *nb = os_place(len, map_align, OS_NONE);
         if (!nb)
             return NULL;
-        if (((uintptr_t)nb + len - 1) >> ADDRESS_BITS) {
+        if ((((uintptr_t)nb + len - 1) >> ADDRESS_BITS) || !region_map_prepare((uintptr_t)nb, len)) {
             os_unmap(nb, len);
             return NULL;
         }

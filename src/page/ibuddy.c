@@ -355,6 +355,41 @@ none:
     return -1;
 }
 
+/* Frame index of the lowest run of n free frames in r (any alignment), or
+ * -1: address-ordered first fit, a word at a time.  A run is carried across
+ * words through their top and bottom ones; inside a word, x &= x >> s
+ * leaves bit i set iff frames i..i+n-1 are free (n < 64). */
+static int find_span(const struct region_hdr *r, uint32_t n)
+{
+    uint32_t run = 0, start = 0;
+    for (uint32_t w = 0; w < REGION_WORDS; w++) {
+        uint64_t x = r->map[w].free;
+        if (x == ~0ull) {
+            if (!run)
+                start = w * 64;
+            run += 64;
+            if (run >= n)
+                return (int)start;
+            continue;
+        }
+        if (run && run + (uint32_t)__builtin_ctzll(~x) >= n)
+            return (int)start;           /* the run ends in this word's low ones */
+        if (n < 64 && x) {
+            uint64_t y = x;
+            for (uint32_t len = 1; len < n;) {
+                uint32_t sh = len < n - len ? len : n - len;
+                y &= y >> sh;
+                len += sh;
+            }
+            if (y)
+                return (int)(w * 64 + (uint32_t)__builtin_ctzll(y));
+        }
+        run = x ? (uint32_t)__builtin_clzll(~x) : 0;   /* a new run starts at the top ones */
+        start = w * 64 + 64 - run;
+    }
+    return -1;
+}
+
 /* A cached block of order 2^order dissolves into frames (bits set, a run
  * to find again soon); its pages were counted in nr_free already. */
 static void cache_dissolve(struct ib_space *s, struct page_desc *d, unsigned order)
@@ -456,23 +491,59 @@ static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
     return head;
 }
 
-/* A new region for space si.  Its descriptors stay zero until frames are
- * handed out (free frames are known by their bits, not their descriptors). */
-static bool grow(unsigned si)
+/* Frames [from, to) of r, committed just now, join its space's pool
+ * (never touched: marked purged, nothing to return).  Space lock held. */
+static void add_frames(struct ib_space *s, struct region_hdr *r, uint32_t from, uint32_t to)
 {
-    struct region_hdr *r = region_create(si);
-    if (!r)
-        return false;
-    uint32_t first = r->r.first_page;
+    bits_set(s, r, from, to - from);
+    for (uint32_t i = from; i < to; i++)
+        r->map[i >> 6].purged |= 1ull << (i & 63);
+}
+
+/* Free frames (at most max) just below end in r.  Space lock held. */
+static uint32_t tail_free(const struct region_hdr *r, uint32_t end, uint32_t max)
+{
+    uint32_t i = end;
+    while (end - i < max && i > 0 && (r->map[(i - 1) >> 6].free >> ((i - 1) & 63) & 1))
+        i--;
+    return end - i;
+}
+
+/* More frames for a block of 2^order (run == 0) or a run of run frames in
+ * space si: its newest region grown, or a new region.  Descriptors of new
+ * frames stay zero until they are handed out (free frames are known by
+ * their bits, not their descriptors). */
+static bool grow(unsigned si, unsigned order, uint32_t run)
+{
     struct ib_space *s = &spaces[si];
     lock_acquire(&s->lock);
-    r->freed_min = REGION_WORDS;         /* low[] = 0 (fresh memory): valid bounds */
-    r->seq = s->regions ? s->regions->seq + 1 : 0;
-    bits_set(s, r, first, REGION_PAGES - first);
-    for (uint32_t w = 0; w < REGION_WORDS; w++)
-        r->map[w].purged = r->map[w].free;   /* never touched: nothing to return */
-    r->space_next = s->regions;
-    s->regions = r;
+    struct region_hdr *last = s->regions;
+    uint32_t tail = run && last ? tail_free(last, __atomic_load_n(&last->end, __ATOMIC_RELAXED), run) : 0;
+    lock_release(&s->lock);
+    uint32_t from, to;
+    struct region_hdr *r = region_grow(last, si, order, run, tail, &from, &to);
+    if (!r)
+        return false;
+    lock_acquire(&s->lock);
+    if (r != last) {
+        r->freed_min = REGION_WORDS;     /* low[] = 0 (fresh memory): valid bounds */
+        r->seq = s->regions ? s->regions->seq + 1 : 0;
+        r->space_next = s->regions;
+        s->regions = r;
+    }
+    add_frames(s, r, from, to);
+    lock_release(&s->lock);
+    return true;
+}
+
+static bool ibuddy_extend(struct region_hdr *r, uint32_t end)
+{
+    uint32_t from, to;
+    if (!region_extend(r, end, &from, &to))
+        return false;
+    struct ib_space *s = &spaces[r->r.space];
+    lock_acquire(&s->lock);
+    add_frames(s, r, from, to);
     lock_release(&s->lock);
     return true;
 }
@@ -517,7 +588,47 @@ static struct page_desc *ibuddy_alloc(struct sk_thread *t, unsigned order)
             lock_release(&spaces[si].lock);
         }
         counted = true;
-        if (!grow(si))
+        if (!grow(si, order, 0))
+            return NULL;
+    }
+}
+
+/* n frames that need not be aligned (page_alloc_run): the lowest run of n
+ * free frames, oldest region first, home space first.  Where an aligned
+ * block of 2^ceil(log2 n) would leave its tail to single frames, runs pack
+ * one after another: 257 frames cost 257 frames of address space, not 512. */
+static struct page_desc *ibuddy_alloc_run(struct sk_thread *t, size_t npages)
+{
+    uint32_t n = (uint32_t)npages;
+    unsigned order = order_for_pages(n), si = home_space(t);
+    for (;;) {
+        for (unsigned j = 0; j < nspaces; j++) {
+            unsigned k = si + j < nspaces ? si + j : si + j - nspaces;
+            struct ib_space *s = &spaces[k];
+            if (__atomic_load_n(&s->nr_free, __ATOMIC_RELAXED) < n)
+                continue;
+            lock_acquire(&s->lock);
+            for (int pass = 0; pass < 2; pass++) {
+                for (struct region_hdr *r = s->avail; r; r = r->avail_next) {
+                    int idx = r->nr_free >= n ? find_span(r, n) : -1;
+                    if (idx < 0)
+                        continue;
+                    bits_clear(s, r, (uint32_t)idx, n);
+                    struct page_desc *head = region_descs(r) + idx;
+                    head->kind = PAGE_USED;
+                    head->order = (uint8_t)order;
+                    s->merges++;         /* a block built from frames */
+                    s->allocs[order]++;
+                    lock_release(&s->lock);
+                    return head;
+                }
+                if (!s->cached)
+                    break;
+                ib_flush(s);             /* cached blocks may make the run */
+            }
+            lock_release(&s->lock);
+        }
+        if (!grow(si, order, n))
             return NULL;
     }
 }
@@ -640,7 +751,7 @@ static unsigned ibuddy_alloc_batch(struct sk_thread *t, unsigned n, struct page_
             if (got)
                 return got;
         }
-        if (!grow(si))
+        if (!grow(si, 0, 0))
             return 0;
     }
 }
@@ -796,6 +907,8 @@ const struct page_backend ibuddy_backend = {
     .free = ibuddy_free,
     .free_range = ibuddy_free_range,
     .claim_range = ibuddy_claim_range,
+    .extend = ibuddy_extend,
+    .alloc_run = ibuddy_alloc_run,
     .alloc_batch = ibuddy_alloc_batch,
     .free_batch = ibuddy_free_batch,
     .purge = ibuddy_purge,

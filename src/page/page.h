@@ -1,14 +1,16 @@
 /* page.h — the page layer's internal API: regions, page descriptors, block
  * allocation.  Everything the allocators take from the OS goes through here.
  *
- * Regions: memory is reserved from the OS in REGION_SIZE (64 MiB) naturally
+ * Regions: memory comes from the OS in REGION_SIZE (64 MiB) naturally
  * aligned regions.  The first REGION_META_PAGES pages of a region hold its
  * page descriptors (one 64-byte struct page_desc per 4 KiB frame, like the
  * kernel's struct page) and the region header; the rest are frames for the
- * buddy allocators.  region_map[] maps every 64 MiB of the 47-bit address
- * space to its region base tagged with bit 0 (MAP_REGION), or to a huge
- * mapping's header (untagged), or 0; so address -> descriptor is one load,
- * one bit test and one lea (the tag folds into the address): page_desc_of().
+ * buddy allocators, committed as the back ends grow into them (region.c).
+ * The region map sends every 64 MiB slot of the 47-bit address space to its
+ * region base tagged with bit 0 (MAP_REGION), or to a huge mapping's header
+ * (untagged), or 0 (a table over the window of slots in use, below); so
+ * address -> descriptor is two dependent loads, one bit test and one lea:
+ * page_desc_of().
  *
  * Block allocation (page_alloc/page_free) goes through the lazy per-thread
  * list for order 0 and to the active back end (buddy.c or ibuddy.c) for the
@@ -28,7 +30,7 @@
 #define REGION_MASK  (REGION_SIZE - 1)
 #define REGION_PAGES (REGION_SIZE >> PAGE_SHIFT)                 /* 16384 */
 #define ADDRESS_BITS 47
-#define REGION_MAP_LEN ((size_t)1 << (ADDRESS_BITS - REGION_SHIFT)) /* 2^21 */
+#define REGION_MAP_LEN ((size_t)1 << (ADDRESS_BITS - REGION_SHIFT)) /* 2^21 slots */
 
 /* What a page frame is used for (page_desc.kind). */
 enum page_kind {
@@ -82,7 +84,55 @@ struct region {
 #define REGION_META_PAGES ((REGION_PAGES * sizeof(struct page_desc)) >> PAGE_SHIFT) /* 256 */
 #define REGION_HDR_PAGES  2
 
-extern uintptr_t region_map[REGION_MAP_LEN] __attribute__((visibility("hidden")));
+/* The region map is two tables over the same window of slots [lo, lo+len):
+ * the map entries, and each region's owner array (page_owner_lookup).  A
+ * lookup outside the window misses, as an unmapped slot does.  The window
+ * starts empty and grows (region.c) to cover the slots of every region and
+ * huge mapping: a process's mappings are packed below its mmap base, so a
+ * few KiB of table cover it -- where a flat table of the 47-bit space cost
+ * 32 MiB of address space, which `ulimit -v` counts.  A grown table is a
+ * new one, published with a release store; old ones are never freed (a
+ * racing lookup may still read one).  A lookup is the flat table's plus one
+ * subtraction: the table pointer (acquire: it orders the reads of lo, len
+ * and the entries after the table's initialisation), lo and len are read
+ * through it. */
+struct map_table {
+    uintptr_t lo, len;
+    uintptr_t e[];
+};
+extern struct map_table *region_map_tab, *region_owner_tab __attribute__((visibility("hidden")));
+
+/* The entry of slot in table *tp, 0 outside its window.  The entry is read
+ * with a plain load where ThreadSanitizer does not look: entries are written
+ * with atomic stores (region_map_set), and on x86-64 a relaxed atomic load
+ * is the same mov -- but GCC computes its address into a register first,
+ * one instruction more on every free. */
+SK_INLINE uintptr_t map_table_get(struct map_table *const *tp, uintptr_t slot)
+{
+    struct map_table *t = __atomic_load_n(tp, __ATOMIC_ACQUIRE);
+    uintptr_t i = slot - t->lo;
+    if (unlikely(i >= t->len))
+        return 0;
+#ifdef SK_TSAN
+    return __atomic_load_n(&t->e[i], __ATOMIC_RELAXED);
+#else
+    return t->e[i];
+#endif
+}
+
+/* The map entry of slot. */
+SK_INLINE uintptr_t map_entry(uintptr_t slot)
+{
+    return map_table_get(&region_map_tab, slot);
+}
+
+/* region.c: makes sure the window covers [start, start+len) (false if the
+ * OS refuses a larger table); then region_map_set cannot fail there.  It
+ * sets slot's entry and owner array, the owner array first, so a lookup
+ * that sees the entry sees it too.  Both take map_lock. */
+bool region_map_prepare(uintptr_t start, size_t len);
+struct page_owner;
+void region_map_set(uintptr_t slot, uintptr_t entry, struct page_owner *owner);
 
 /* Tag of region entries: the common case is the one a single bit test accepts. */
 #define MAP_REGION ((uintptr_t)1)
@@ -98,10 +148,8 @@ SK_INLINE struct page_desc *map_desc(uintptr_t e, uintptr_t a)
  * branches fold: page_desc_of's NULL would be tested a second time. */
 SK_INLINE bool page_desc_lookup(const void *p, struct page_desc **dp)
 {
-    uintptr_t a = (uintptr_t)p, slot = a >> REGION_SHIFT;
-    if (unlikely(slot >= REGION_MAP_LEN))      /* beyond the 47 bits region_map covers */
-        return false;
-    uintptr_t e = region_map[slot];
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t e = map_entry(a >> REGION_SHIFT);
     if (unlikely(!(e & MAP_REGION)))
         return false;
     *dp = map_desc(e, a);
@@ -117,24 +165,20 @@ SK_INLINE bool page_desc_lookup(const void *p, struct page_desc **dp)
  * descriptors for its 1,300 pages, 21 KiB of owner entries).  An object layer
  * sets the entries with page_owner_set on every page of a slab it makes; the
  * page layer clears them when the block is freed, so cache != NULL means "a
- * live slab page of that cache".  region_owner[] is indexed like region_map[]
- * and is NULL for huge mappings and unmapped slots; a region's frames sit at
- * its naturally aligned base, so p's entry needs no region_map load. */
+ * live slab page of that cache".  region_owner_tab holds each slot's owner
+ * array (NULL for huge mappings and unmapped slots); a region's frames sit
+ * at its naturally aligned base, so p's entry needs no map entry load. */
 struct page_owner {
     struct kmem_cache *cache;
     uintptr_t aux;
 };
 
-extern struct page_owner *region_owner[REGION_MAP_LEN] __attribute__((visibility("hidden")));
-
 /* True and *op set to the owner entry of the frame holding p when p lies in
  * one of our regions. */
 SK_INLINE bool page_owner_lookup(const void *p, struct page_owner **op)
 {
-    uintptr_t a = (uintptr_t)p, slot = a >> REGION_SHIFT;
-    if (unlikely(slot >= REGION_MAP_LEN))
-        return false;
-    struct page_owner *o = region_owner[slot];
+    uintptr_t a = (uintptr_t)p;
+    struct page_owner *o = (struct page_owner *)map_table_get(&region_owner_tab, a >> REGION_SHIFT);
     if (unlikely(!o))
         return false;
     *op = o + ((a & REGION_MASK) >> PAGE_SHIFT);
@@ -145,7 +189,7 @@ SK_INLINE bool page_owner_lookup(const void *p, struct page_owner **op)
 SK_INLINE struct page_owner *page_owner_of(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
-    return region_owner[a >> REGION_SHIFT] + ((a & REGION_MASK) >> PAGE_SHIFT);
+    return (struct page_owner *)map_table_get(&region_owner_tab, a >> REGION_SHIFT) + ((a & REGION_MASK) >> PAGE_SHIFT);
 }
 
 /* Marks npages frames from mem (an allocated block of ours) as cache's slab. */
@@ -206,6 +250,13 @@ void page_free(void *addr, unsigned order);
 void *page_alloc_exact(size_t npages, int flags);
 void page_free_exact(void *addr, size_t npages);
 
+/* The same at any page alignment: where page_alloc_exact takes a whole
+ * aligned block and frees its tail (which a second such request cannot
+ * use), this takes a run of exactly npages free frames, so blocks of, say,
+ * 1 MiB and a page pack end to end.  For callers that need no alignment
+ * (plain large blocks); freed and resized as page_alloc_exact's. */
+void *page_alloc_run(size_t npages, int flags);
+
 /* Resize a live block from page_alloc_exact in place (the owner's kind,
  * cache and priv on the head are left alone).  Shrinking always succeeds;
  * growing only when the frames [addr+old, addr+new) are free in the back
@@ -214,7 +265,7 @@ void page_free_exact(void *addr, size_t npages);
 bool page_resize_exact(void *addr, size_t old_npages, size_t new_npages);
 
 /* Allocations beyond MAX_ORDER come from the OS directly: a mapping aligned to
- * REGION_SIZE whose first page is a header (its region_map slots hold the
+ * REGION_SIZE whose first page is a header (its map slots hold the
  * header's address, untagged), the user block at `align` (>= PAGE_SIZE)
  * after it.  huge_size returns the usable size of a live huge block or 0 if
  * p is not the start of one. */

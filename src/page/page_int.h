@@ -6,11 +6,16 @@
  *   pages [0, 256)    struct page_desc[16384], one per frame of the region
  *   pages [256, 258)  struct region_hdr: the region, its links, and (iBuddy)
  *                     the bitmaps of free / purged / aged frames
- *   pages [258, ...)  frames handed out by the back end
- * Descriptors of the first 258 frames stay zero (PAGE_UNUSED).
+ *   pages [258, end)  frames handed out by the back end, committed
+ *   pages [end, 16384) not yet committed: PROT_NONE address space, or (under
+ *                     an address-space limit) not ours at all
+ * Descriptors of the first 258 frames stay zero (PAGE_UNUSED).  The whole
+ * descriptor array is mapped (read-only zeros beyond the committed part), so
+ * a lookup of any address in the slot reads a descriptor; the owner array
+ * likewise (region.c).
  *
- * Lock order: region_lock -> (zone lock | one space lock) -> nothing.  No
- * path holds two space locks at once. */
+ * Lock order: region_lock -> map_lock; region_lock -> (zone lock | one space
+ * lock) -> nothing.  No path holds two space locks at once. */
 #ifndef SK_PAGE_INT_H
 #define SK_PAGE_INT_H
 
@@ -41,6 +46,12 @@ extern unsigned pcp_high;
 
 struct region_hdr {
     struct region r;                 /* base, next (all regions), first_page, space */
+    /* region.c, under region_lock: frames [first_page, end) are committed;
+     * address space is ours up to reserved (REGION_PAGES, or end under an
+     * address-space limit); stuck: the address space after it is taken. */
+    uint32_t end, reserved;
+    bool stuck;
+    struct page_owner *owner;        /* the owner array (also in the region map) */
     struct region_hdr *space_next;   /* regions of the same iBuddy space */
     struct region_hdr *avail_next, *avail_prev;  /* iBuddy: regions with free frames */
     uint32_t nr_free;                /* iBuddy: free frames in this region */
@@ -73,11 +84,22 @@ SK_INLINE uint32_t desc_index(const struct page_desc *d)
 }
 
 /* region.c */
-extern struct sk_lock region_lock;
+extern struct sk_lock region_lock, map_lock;
 extern struct region_hdr *region_list;
 extern uint64_t region_pages_held;
-/* Reserves a new region for `space` (NULL if the OS refuses); takes region_lock. */
-struct region_hdr *region_create(unsigned space);
+/* Growth of a back end that needs a free aligned block of 2^order frames
+ * (run == 0) or a run of `run` frames, of which the last `tail` committed
+ * frames of r are free already: frames committed at the end of r (its
+ * newest region, or NULL), or else in a new region for `space`.  Returns the
+ * region and sets [*from, *to) to the frames that are new (the caller frees
+ * them into its pools); NULL if the OS refuses.  Takes region_lock; call it
+ * with no back-end lock held. */
+struct region_hdr *region_grow(struct region_hdr *r, unsigned space, unsigned order, uint32_t run,
+                               uint32_t tail, uint32_t *from, uint32_t *to);
+/* Commits r's frames up to at least end (in-place growth of a block near
+ * its end); [*from, *to) as above, empty if another thread got there
+ * first.  False if the OS refuses or the region cannot grow so far. */
+bool region_extend(struct region_hdr *r, uint32_t end, uint32_t *from, uint32_t *to);
 
 /* The operations a back end offers.  All take and drop their own locks.
  * Blocks coming back have been validated by pages.c. */
@@ -88,6 +110,10 @@ struct page_backend {
      * the tails it hands out); counts allocs[order].  NULL if the OS refused
      * memory. */
     struct page_desc *(*alloc)(struct sk_thread *t, unsigned order);
+    /* A run of npages frames (2 < npages < 2^MAX_ORDER, not a power of two)
+     * at any page alignment: head PAGE_USED with order order_for_pages(npages),
+     * counted in allocs of that order.  NULL if the OS refused memory. */
+    struct page_desc *(*alloc_run)(struct sk_thread *t, size_t npages);
     void (*free)(struct page_desc *head, unsigned order);
     /* Contiguous frames [first, first+n), any alignment (alloc_exact's
      * tails, page_free_exact, a shrinking page_resize_exact); counts
@@ -100,6 +126,9 @@ struct page_backend {
      * and changes nothing otherwise.  Counts as free_range does.  The
      * caller marks the claimed descriptors. */
     bool (*claim_range)(struct page_desc *first, size_t n, int count_order, int alloc_order);
+    /* Commits frames of region r up to at least end and frees the new ones
+     * into the pools (region_extend); false if that cannot be done. */
+    bool (*extend)(struct region_hdr *r, uint32_t end);
     /* Up to n single frames for a lazy list, chained through free.next, kind
      * PAGE_LAZY, order 0; returns how many (0: the OS refused). */
     unsigned (*alloc_batch)(struct sk_thread *t, unsigned n, struct page_desc **chain);

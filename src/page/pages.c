@@ -166,13 +166,20 @@ void page_set_tick_hook(void (*hook)(uint64_t now)) { tick_hook = hook; }
 
 /* ---- allocation -------------------------------------------------------- */
 
-/* A block of 2^order frames, head PAGE_USED; the caller marks its tails. */
-static struct page_desc *page_alloc_block(unsigned order, int flags)
+/* A block of 2^order frames, or (run != 0) a run of that many frames at any
+ * alignment; head PAGE_USED; the caller marks its tails. */
+static struct page_desc *page_alloc_block(unsigned order, size_t run, int flags)
 {
     page_init();
     struct sk_thread *t = thread_self();
     for (int attempt = 0;; attempt++) {
-        if (order == 0 && t->state == THREAD_LIVE) {
+        if (run) {
+            struct page_desc *d = page_be->alloc_run(t, run);
+            if (d) {
+                page_note_freed(-(int64_t)run);
+                return d;
+            }
+        } else if (order == 0 && t->state == THREAD_LIVE) {
             if (t->pcp_head || pcp_refill(t)) {
                 struct page_desc *d = t->pcp_head;
                 t->pcp_head = d->free.next;
@@ -203,7 +210,7 @@ SK_NOINLINE static void *page_alloc_slow(unsigned order, int flags)
         errno = EINVAL;
         return NULL;
     }
-    struct page_desc *d = page_alloc_block(order, flags);
+    struct page_desc *d = page_alloc_block(order, 0, flags);
     if (!d)
         return NULL;
     page_mark_tails(d, (size_t)1 << order);
@@ -239,7 +246,7 @@ void *page_alloc_exact(size_t npages, int flags)
         return page_alloc(0, flags);
     /* Only the tails handed out are marked; the excess goes straight back
      * (its descriptors still say nothing, as inside a free block). */
-    struct page_desc *d = page_alloc_block(order, flags);
+    struct page_desc *d = page_alloc_block(order, 0, flags);
     if (!d)
         return NULL;
     page_mark_tails(d, npages);
@@ -247,6 +254,17 @@ void *page_alloc_exact(size_t npages, int flags)
         page_be->free_range(d + npages, ((size_t)1 << order) - npages, -1, -1);
         page_note_freed((int64_t)((size_t)1 << order) - (int64_t)npages);
     }
+    return page_address(d);
+}
+
+void *page_alloc_run(size_t npages, int flags)
+{
+    if (npages <= 2 || npages > ((size_t)1 << MAX_ORDER) || IS_POW2(npages))
+        return page_alloc_exact(npages, flags);   /* a whole block wastes nothing */
+    struct page_desc *d = page_alloc_block(order_for_pages(npages), npages, flags);
+    if (!d)
+        return NULL;
+    page_mark_tails(d, npages);
     return page_address(d);
 }
 
@@ -403,10 +421,14 @@ bool page_resize_exact(void *addr, size_t old_npages, size_t new_npages)
         page_note_freed((int64_t)(old_npages - new_npages));
         return true;
     }
-    if (desc_index(d) + new_npages > REGION_PAGES)
+    uint32_t end = desc_index(d) + (uint32_t)new_npages;
+    if (end > REGION_PAGES)
         return false;                    /* the region ends first */
-    if (!page_be->claim_range(d + old_npages, new_npages - old_npages, from, to))
-        return false;
+    struct region_hdr *r = region_of_desc(d);
+    if (!page_be->claim_range(d + old_npages, new_npages - old_npages, from, to) &&
+        (end <= __atomic_load_n(&r->end, __ATOMIC_RELAXED) || !page_be->extend(r, end) ||
+         !page_be->claim_range(d + old_npages, new_npages - old_npages, from, to)))
+        return false;                    /* a frame in the way is not free (or not committed) */
     page_note_freed(-(int64_t)(new_npages - old_npages));
     page_mark_tails_range(d, old_npages, new_npages);
     d->order = (uint8_t)new_order;
@@ -507,6 +529,7 @@ void page_fork_prepare(void)
     lock_acquire(&init_lock);
     lock_acquire(&purge_lock);
     lock_acquire(&region_lock);
+    lock_acquire(&map_lock);
     if (page_be)
         page_be->lock_all();
 }
@@ -515,6 +538,7 @@ void page_fork_parent(void)
 {
     if (page_be)
         page_be->unlock_all();
+    lock_release(&map_lock);
     lock_release(&region_lock);
     lock_release(&purge_lock);
     lock_release(&init_lock);
@@ -524,6 +548,7 @@ void page_fork_child(void)
 {
     if (page_be)
         page_be->reset_locks();
+    lock_reset(&map_lock);
     lock_reset(&region_lock);
     lock_reset(&purge_lock);
     lock_reset(&init_lock);
