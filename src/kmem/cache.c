@@ -363,7 +363,7 @@ void cache_thread_exit(struct sk_thread *t)
 SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags)
 {
     if (flags & KM_MALLOC) {
-        cache_reap_all();
+        cache_reap_all_urgent();
         void *p = sk_design.alloc(cp, KM_NOSLEEP);
         if (!p) {
             __atomic_fetch_add(&cp->failures, 1, __ATOMIC_RELAXED);
@@ -692,15 +692,27 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size)
 size_t cache_reap_all(void)
 {
     size_t bytes = 0;
+    bool urgent = __atomic_load_n(&cache_reap_urgent, __ATOMIC_RELAXED) != 0;
+    struct sk_thread *self = sk_self;
+    uint64_t returned = page_returned_pages();
     if (debug_on)
         debug_reap();                  /* quarantined buffers first: they go back to their caches */
     lock_acquire(&cache_list_lock);
-    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next) {
+        /* Memory is short: what the calling thread holds for itself goes
+         * too (it is in no fast path now; the next allocation makes its
+         * state again).  Other threads' states are theirs to touch. */
+        if (urgent && self->state == THREAD_LIVE)
+            cache_flush_slot(cp, self);
         if (sk_design.reap)
             bytes += sk_design.reap(cp);
+    }
     lock_release(&cache_list_lock);
-    bytes += large_cache_flush(__atomic_load_n(&cache_reap_urgent, __ATOMIC_RELAXED) != 0);
-    return bytes + page_reap();
+    bytes += large_cache_flush(urgent);
+    page_reap();
+    /* What went back to the OS during the walk too (a page-layer purge that
+     * frees made on the way), not only in page_reap's own pass. */
+    return bytes + ((page_returned_pages() - returned) << PAGE_SHIFT);
 }
 
 int cache_reap_urgent;

@@ -12,7 +12,8 @@
  * REALLOC_PAGES to a page block early, so it can grow in place from there.
  *
  * Failure: every NULL comes with errno = ENOMEM (EINVAL for bad alignments),
- * after one reap of every cache and the page layer and one retry.
+ * after one urgent reap (everything free goes back, the calling thread's own
+ * caches too) and one retry.
  * No lock of its own: the layers below are thread-safe. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +66,7 @@ SK_NOINLINE void *malloc_slow(size_t size)
     if (unlikely(!p)) {
         if (size > REAP_WORTHY)
             return nomem();
-        cache_reap_all();
+        cache_reap_all_urgent();
         p = alloc_once(size);
         if (!p)
             return nomem();
@@ -86,7 +87,7 @@ void *malloc_aligned(size_t align, size_t size)
     if (unlikely(!p)) {
         if (size > REAP_WORTHY || align > REAP_WORTHY)
             return nomem();
-        cache_reap_all();
+        cache_reap_all_urgent();
         p = cache_kmalloc(size, align, KM_NOSLEEP);
         if (!p)
             return nomem();
@@ -150,13 +151,15 @@ size_t malloc_usable(const void *p)
  * (the page layer hands out exact blocks by trimming the covering power of
  * two, so this only skips the trim), beyond that half as much again.  The
  * extra pages are never touched until the buffer grows into them, so they
- * cost address space, not resident memory.  With in-place growth this
- * matters less, but a block whose neighbours are soon taken by small
- * allocations (the iBuddy hands out the lowest free frames) would otherwise
- * move at every step: with the room it moves O(log n) times at worst. */
+ * cost address space, not resident memory -- except under an address-space
+ * limit, which counts them: there the block moves to its exact size.  With
+ * in-place growth this matters less, but a block whose neighbours are soon
+ * taken by small allocations (the iBuddy hands out the lowest free frames)
+ * would otherwise move at every step: with the room it moves O(log n)
+ * times at worst. */
 static size_t grow_target(size_t size)
 {
-    if (size <= MALLOC_MID_MAX)
+    if (size <= MALLOC_MID_MAX || page_as_limited())
         return size;
     if (size <= (PAGE_SIZE << MAX_ORDER))
         return PAGE_SIZE << order_for_pages(ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT);

@@ -3,6 +3,7 @@
  * are only ever taken with MAP_FIXED_NOREPLACE, so nothing of anyone else's
  * is ever replaced. */
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -60,9 +61,54 @@ void *os_map_at(void *addr, size_t size, enum os_prot prot)
     return map(addr, size, prot);
 }
 
-/* How many aligned slots below the kernel's choice are tried when the
- * trimmed over-map is refused. */
-#define PLACE_PROBES 16
+/* How many aligned slots below the kernel's choice are tried before the
+ * gaps are looked up. */
+#define PLACE_PROBES 4
+
+/* The top of the address space mmap hands out without hints (x86-64 and
+ * 48-bit arm64): gaps above it (up to [vsyscall]) are not ours to use. */
+#define USER_TOP ((uintptr_t)1 << 47)
+
+/* The highest address A aligned to align with [A, A+size) in a gap of the
+ * address space, from /proc/self/maps (read(2) into a stack buffer: no
+ * allocation, no stdio); 0 if there is none or the file cannot be read. */
+static uintptr_t gap_find(size_t size, size_t align)
+{
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    char buf[4096];
+    size_t len = 0;
+    uintptr_t best = 0, prev_end = 0, cur = 0;
+    int field = 0;                       /* 0: start, 1: end, 2: rest of the line */
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        for (ssize_t i = 0; i < n; i++) {
+            char c = buf[i];
+            if (field < 2 && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+                cur = cur * 16 + (uintptr_t)(c <= '9' ? c - '0' : c - 'a' + 10);
+            } else if (field == 0 && c == '-') {
+                /* [prev_end, cur) is a gap: its highest aligned fit */
+                uintptr_t top = cur < USER_TOP ? cur : USER_TOP;
+                if (prev_end && top >= size && ALIGN_DOWN(top - size, align) >= prev_end)
+                    best = ALIGN_DOWN(top - size, align);
+                field = 1;
+                cur = 0;
+            } else if (field == 1) {
+                prev_end = cur;
+                field = 2;
+            } else if (c == '\n') {
+                field = 0;
+                cur = 0;
+            }
+        }
+        len += (size_t)n;
+    }
+    close(fd);
+    return len ? best : 0;
+}
 
 void *os_place(size_t size, size_t align, enum os_prot prot)
 {
@@ -99,10 +145,14 @@ void *os_place(size_t size, size_t align, enum os_prot prot)
         return NULL;
     }
     /* Refused: an address-space limit with less than size + align left.
-     * The slots further below are often free. */
+     * The slots just below are often free; else the highest gap that
+     * holds an aligned fit. */
     for (int i = 1; i <= PLACE_PROBES && down >= (uintptr_t)i * align; i++)
         if ((p = map((void *)(down - (uintptr_t)i * align), size, prot)))
             break;
+    uintptr_t gap;
+    if (!p && (gap = gap_find(size, align)))
+        p = map((void *)gap, size, prot);
     errno = saved;
     return p;
 }

@@ -365,6 +365,22 @@ static struct page_desc *buddy_alloc_run(struct sk_thread *t, size_t npages)
     }
 }
 
+static void buddy_trim(struct region_hdr *r)
+{
+    struct page_desc *base = region_descs(r);
+    lock_acquire(&zone.lock);
+    uint32_t end = __atomic_load_n(&r->end, __ATOMIC_RELAXED);
+    uint32_t n = r->reserved == end ? tail_free(base, end, end - r->r.first_page) : 0;
+    if (n >= TRIM_PAGES)
+        take_range(base, end - n, end);  /* whole free blocks: tail_free stops at block starts */
+    lock_release(&zone.lock);
+    if (n >= TRIM_PAGES && !region_trim(r, end - n, end)) {
+        lock_acquire(&zone.lock);        /* the region grew meanwhile: keep them */
+        free_frames(base, end - n, end, 0);
+        lock_release(&zone.lock);
+    }
+}
+
 /* Linux rmqueue_bulk: a batch of order-0 pages under one lock acquisition,
  * each taken from the smallest block and split from a larger one as needed. */
 static unsigned buddy_alloc_batch(struct sk_thread *t, unsigned n, struct page_desc **chain)
@@ -452,6 +468,7 @@ const struct page_backend buddy_backend = {
     .free_range = buddy_free_range,
     .claim_range = buddy_claim_range,
     .extend = buddy_extend,
+    .trim = buddy_trim,
     .alloc_run = buddy_alloc_run,
     .alloc_batch = buddy_alloc_batch,
     .free_batch = buddy_free_batch,

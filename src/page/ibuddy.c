@@ -536,6 +536,22 @@ static bool grow(unsigned si, unsigned order, uint32_t run)
     return true;
 }
 
+static void ibuddy_trim(struct region_hdr *r)
+{
+    struct ib_space *s = &spaces[r->r.space];
+    lock_acquire(&s->lock);
+    uint32_t end = __atomic_load_n(&r->end, __ATOMIC_RELAXED);
+    uint32_t n = r->reserved == end ? tail_free(r, end, end - r->r.first_page) : 0;
+    if (n >= TRIM_PAGES)
+        bits_clear(s, r, end - n, n);
+    lock_release(&s->lock);
+    if (n >= TRIM_PAGES && !region_trim(r, end - n, end)) {
+        lock_acquire(&s->lock);          /* the region grew meanwhile: keep them */
+        bits_set(s, r, end - n, n);
+        lock_release(&s->lock);
+    }
+}
+
 static bool ibuddy_extend(struct region_hdr *r, uint32_t end)
 {
     uint32_t from, to;
@@ -908,6 +924,7 @@ const struct page_backend ibuddy_backend = {
     .free_range = ibuddy_free_range,
     .claim_range = ibuddy_claim_range,
     .extend = ibuddy_extend,
+    .trim = ibuddy_trim,
     .alloc_run = ibuddy_alloc_run,
     .alloc_batch = ibuddy_alloc_batch,
     .free_batch = ibuddy_free_batch,

@@ -225,6 +225,15 @@ SK_INLINE struct page_desc *page_head_of(const void *p)
     return d;
 }
 
+/* Whether the process had an address-space limit (RLIMIT_AS) when the page
+ * layer last grew: reservations made ahead of need then cost the program
+ * memory it could use, and growth is exact. */
+extern bool page_as_limit __attribute__((visibility("hidden")));
+SK_INLINE bool page_as_limited(void)
+{
+    return __atomic_load_n(&page_as_limit, __ATOMIC_RELAXED);
+}
+
 /* Initialise the page layer (idempotent): options, back end selection. */
 void page_init(void);
 
@@ -282,6 +291,9 @@ void *huge_resize(void *p, size_t size);
 /* Reclaim: give free memory back to the OS now (madvise/munmap per
  * SLABKIT_RETURN); returns bytes released. */
 size_t page_reap(void);
+
+/* Pages given back to the OS so far (cumulative). */
+uint64_t page_returned_pages(void);
 
 /* Object layers register a reclaim callback run when the page layer runs
  * short (before it reports failure): returns bytes it freed. */

@@ -100,6 +100,16 @@ struct region_hdr *region_grow(struct region_hdr *r, unsigned space, unsigned or
  * its end); [*from, *to) as above, empty if another thread got there
  * first.  False if the OS refuses or the region cannot grow so far. */
 bool region_extend(struct region_hdr *r, uint32_t end, uint32_t *from, uint32_t *to);
+/* Gives frames [from, end) of a region that reserves nothing beyond its end
+ * (an address-space limit) back to the OS (munmap); the caller took them
+ * out of its pools first.  False (nothing done) if end is no longer the
+ * region's end or the region has a reservation. */
+bool region_trim(struct region_hdr *r, uint32_t from, uint32_t end);
+
+/* Under an address-space limit, free frames at the end of a region go back
+ * to the OS once there are this many (page_be->trim): as glibc trims the top
+ * of its heap, for the address space the rest of the program can then map. */
+#define TRIM_PAGES 256
 
 /* The operations a back end offers.  All take and drop their own locks.
  * Blocks coming back have been validated by pages.c. */
@@ -129,6 +139,9 @@ struct page_backend {
     /* Commits frames of region r up to at least end and frees the new ones
      * into the pools (region_extend); false if that cannot be done. */
     bool (*extend)(struct region_hdr *r, uint32_t end);
+    /* At least TRIM_PAGES free frames at r's end leave the pools and go back
+     * to the OS (region_trim); nothing if fewer, or r reserves beyond its end. */
+    void (*trim)(struct region_hdr *r);
     /* Up to n single frames for a lazy list, chained through free.next, kind
      * PAGE_LAZY, order 0; returns how many (0: the OS refused). */
     unsigned (*alloc_batch)(struct sk_thread *t, unsigned n, struct page_desc **chain);

@@ -72,6 +72,23 @@ static void freed_raise(int64_t n, int64_t floor)
         __atomic_compare_exchange_n(&freed_since_purge, &n, floor, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
+/* Under an address-space limit, free frames at the end of a region go back
+ * to the OS: after a large free in it, and at every purge pass. */
+static void trim_after_free(struct page_desc *d, size_t npages)
+{
+    if (npages >= TRIM_PAGES / 4 && page_as_limited())
+        page_be->trim(region_of_desc(d));
+}
+
+static void trim_all(void)
+{
+    if (!page_as_limited())
+        return;
+    for (struct region_hdr *r = __atomic_load_n(&region_list, __ATOMIC_ACQUIRE); r;
+         r = (struct region_hdr *)r->r.next)
+        page_be->trim(r);
+}
+
 /* One purge pass (all: ignore the delay, single frames too), purge_lock
  * held; returns the pages given back. */
 static size_t purge_pass(bool all, uint64_t now)
@@ -84,6 +101,7 @@ static size_t purge_pass(bool all, uint64_t now)
         __atomic_store_n(&freed_since_purge, 0, __ATOMIC_RELAXED);
     else
         freed_raise(__atomic_load_n(&freed_since_purge, __ATOMIC_RELAXED), 0);
+    trim_all();
     size_t pages = page_be->purge(all, now);
     if (pages)
         __atomic_fetch_add(&page_pages_returned, pages, __ATOMIC_RELAXED);
@@ -160,6 +178,8 @@ size_t page_reap(void)
     lock_release(&purge_lock);
     return pages << PAGE_SHIFT;
 }
+
+uint64_t page_returned_pages(void) { return __atomic_load_n(&page_pages_returned, __ATOMIC_RELAXED); }
 
 void page_set_reclaim_hook(size_t (*hook)(void)) { reclaim_hook = hook; }
 void page_set_tick_hook(void (*hook)(uint64_t now)) { tick_hook = hook; }
@@ -328,6 +348,7 @@ SK_NOINLINE static void page_free_slow(struct page_desc *d, unsigned order)
     page_clear_tails(d, 1, (size_t)1 << order);
     page_be->free(d, order);
     page_note_freed((int64_t)1 << order);
+    trim_after_free(d, (size_t)1 << order);
 }
 
 /* The validated block d of `order` goes back: order 0 to the lazy list. */
@@ -389,6 +410,7 @@ void page_free_exact(void *addr, size_t npages)
     page_clear_tails(d, 1, npages);
     page_be->free_range(d, npages, (int)order, -1);
     page_note_freed((int64_t)npages);
+    trim_after_free(d, npages);
 }
 
 /* Growth claims the frames after the block from the back end (claim_range,
@@ -419,6 +441,7 @@ bool page_resize_exact(void *addr, size_t old_npages, size_t new_npages)
         d->order = (uint8_t)new_order;
         page_be->free_range(d + new_npages, old_npages - new_npages, from, to);
         page_note_freed((int64_t)(old_npages - new_npages));
+        trim_after_free(d, old_npages - new_npages);
         return true;
     }
     uint32_t end = desc_index(d) + (uint32_t)new_npages;

@@ -36,6 +36,7 @@ struct sk_lock map_lock = SK_LOCK_INIT;            /* table growth and entry wri
 struct sk_lock region_lock = SK_LOCK_INIT;
 struct region_hdr *region_list;
 uint64_t region_pages_held;
+bool page_as_limit;
 
 /* ---- the region map ------------------------------------------------------ */
 
@@ -195,7 +196,9 @@ static struct region_hdr *region_create(unsigned space, unsigned order, uint32_t
      * descriptors, the header and the first frames only. */
     char *base = NULL;
     uint32_t reserved = REGION_PAGES;
-    if (!os_as_limited())
+    bool limited = os_as_limited();
+    __atomic_store_n(&page_as_limit, limited, __ATOMIC_RELAXED);
+    if (!limited)
         base = os_place(REGION_SIZE, REGION_SIZE, OS_NONE);
     if (base && !os_protect(base, REGION_META_PAGES * PAGE_SIZE, OS_READ)) {
         os_unmap(base, REGION_SIZE);
@@ -260,6 +263,20 @@ struct region_hdr *region_grow(struct region_hdr *r, unsigned space, unsigned or
     }
     lock_release(&region_lock);
     return r;
+}
+
+bool region_trim(struct region_hdr *r, uint32_t from, uint32_t end)
+{
+    lock_acquire(&region_lock);
+    bool ok = r->end == end && r->reserved == end && from >= r->r.first_page && from < end;
+    if (ok) {
+        os_unmap((char *)r->r.base + ((size_t)from << PAGE_SHIFT), (size_t)(end - from) << PAGE_SHIFT);
+        r->end = r->reserved = from;
+        r->stuck = false;
+        __atomic_store_n(&region_pages_held, region_pages_held - (end - from), __ATOMIC_RELAXED);
+    }
+    lock_release(&region_lock);
+    return ok;
 }
 
 bool region_extend(struct region_hdr *r, uint32_t end, uint32_t *from, uint32_t *to)
