@@ -62,8 +62,8 @@ static int fill(size_t size)
     }
     for (size_t i = 0; i < again; i++)
         free(v[i]);
-    printf("bytes=%zu blocks=%zu enomem=%d intact=%d again=%zu/%zu\n",
-           n * size, n, err == ENOMEM, intact, again, n / 10);
+    printf("bytes=%zu blocks=%zu enomem=%d intact=%d again=%zu/%zu again_ok=%d\n",
+           n * size, n, err == ENOMEM, intact, again, n / 10, again == n / 10);
     free(v);
     return 0;
 }
