@@ -1,5 +1,6 @@
 # slabkit — plain make.  Entry points: make (build), make test, make bench,
-# make install.  SANITIZE=1 builds everything with ASan+UBSan into build-san/.
+# make install.  SANITIZE=1 builds everything with ASan+UBSan into build-san/;
+# TSAN=1 with ThreadSanitizer into build-tsan/ (tests/tsan.mk: what it runs).
 #
 # Pieces own their own fragments (*.mk), included below, so adding a tool or a
 # workload never edits this file.
@@ -13,6 +14,10 @@ ifeq ($(SANITIZE),1)
 BUILD    ?= build-san
 OPT      := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDSAN    := -fsanitize=address,undefined
+else ifeq ($(TSAN),1)
+BUILD    ?= build-tsan
+OPT      := -O1 -fsanitize=thread -fno-omit-frame-pointer
+LDSAN    := -fsanitize=thread
 else
 BUILD    ?= build
 OPT      := -O2
@@ -76,7 +81,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libslabkit_core.a
 -include $(sort $(wildcard src/*/*.mk tools/*.mk bench/*.mk tests/*.mk tests/*/*.mk))
 
 test: all
-	$(PYTHON) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize)
+	$(PYTHON) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize) $(TEST_ARGS)
 
 bench: all
 	$(PYTHON) bench/run_default.py --build $(BUILD)
@@ -98,4 +103,4 @@ install: all
 	    > $(DESTDIR)$(PREFIX)/lib/cmake/slabkit/slabkitConfigVersion.cmake
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan

@@ -90,11 +90,14 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", help="regular expression on tier/name")
     ap.add_argument("--no-pytest", action="store_true")
+    ap.add_argument("--timeout-scale", type=float, default=1.0,
+                    help="multiply every test's time limit (slow builds: ThreadSanitizer)")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
 
     passed = failed = 0
-    todo = cases(build, args.sanitize, args.only)
+    todo = [(label, argv, env, timeout * args.timeout_scale)
+            for label, argv, env, timeout in cases(build, args.sanitize, args.only)]
     with cf.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for label, ok, detail, secs in pool.map(run_case, todo):
             if ok:

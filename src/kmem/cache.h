@@ -184,9 +184,9 @@ extern struct kmem_cache *kmalloc_cache_live[KMALLOC_CLASSES] __attribute__((vis
 SK_INLINE struct kmem_cache *kmalloc_cache_fast(size_t size)
 {
     if (likely(size <= 1024))
-        return kmalloc_cache_small[(size + 7) >> 3];
+        return SK_LOAD_DEP(&kmalloc_cache_small[(size + 7) >> 3]);
     if (size <= KMALLOC_MAX)
-        return kmalloc_cache_live[kmalloc_index_mid[(size + KMALLOC_MID_STEP - 1) >> KMALLOC_MID_SHIFT]];
+        return SK_LOAD_DEP(&kmalloc_cache_live[kmalloc_index_mid[(size + KMALLOC_MID_STEP - 1) >> KMALLOC_MID_SHIFT]]);
     return NULL;
 }
 

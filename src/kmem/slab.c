@@ -355,7 +355,7 @@ SK_NOINLINE static void hash_rescale(struct kmem_cache *cp, struct slab_cache *s
     lock_acquire(&sc->lock);
     struct bufctl **old = sc->hash;
     size_t oldsize = sc->hash_size;
-    sc->hash = nt;
+    __atomic_store_n(&sc->hash, nt, __ATOMIC_RELEASE);   /* slab_create peeks it */
     sc->hash_size = want;
     for (size_t i = 0; i < oldsize; i++) {
         struct bufctl *bc = old[i];
@@ -388,7 +388,7 @@ SK_NOINLINE static bool hash_install(struct slab_cache *sc)
     lock_acquire(&sc->lock);
     bool raced = sc->hash != NULL;         /* another thread's first slab */
     if (!raced)
-        sc->hash = t;
+        __atomic_store_n(&sc->hash, t, __ATOMIC_RELEASE);
     lock_release(&sc->lock);
     if (raced)
         cache_internal_free(t, HASH_MIN * sizeof *t);
@@ -507,6 +507,14 @@ SK_INLINE void list_insert_before(struct slab *pos, struct slab *sp)
     pos->prev = sp;
 }
 
+/* The count of free slabs is peeked by other caches' idle walks
+ * (depot_evict_idle) without sc->lock: it changes with atomic stores,
+ * the lock held. */
+SK_INLINE void free_slabs_add(struct slab_cache *sc, int64_t n)
+{
+    __atomic_store_n(&sc->nfree_slabs, sc->nfree_slabs + (uint64_t)n, __ATOMIC_RELAXED);
+}
+
 /* A new (free) slab joins at the tail. */
 static void slab_add(struct slab_cache *sc, struct slab *sp)
 {
@@ -514,7 +522,7 @@ static void slab_add(struct slab_cache *sc, struct slab *sp)
     if (sc->freelist == &sc->list)
         sc->freelist = sp;
     sc->nslabs++;
-    sc->nfree_slabs++;
+    free_slabs_add(sc, 1);
 }
 
 /* One buffer from the first slab with room, or NULL. */
@@ -543,7 +551,7 @@ SK_INLINE void *slab_take(struct kmem_cache *cp, struct slab_cache *sc)
         sc->hash_count++;
     }
     if (sp->inuse++ == 0)
-        sc->nfree_slabs--;
+        free_slabs_add(sc, -1);
     if (!sp->free && !sp->carve)   /* now full: it stays put, at the end of the full run */
         sc->freelist = sp->next;
     sc->inuse++;
@@ -587,7 +595,7 @@ static void slab_put(struct kmem_cache *cp, struct slab_cache *sc, void *buf)
     sc->inuse--;
     if (--sp->inuse == 0) {
         /* Completely free: to the tail, behind every partial slab (Bonwick 3.4). */
-        sc->nfree_slabs++;
+        free_slabs_add(sc, 1);
         if (sc->freelist == sp)
             sc->freelist = sp->next;
         list_unlink(sp);
@@ -815,7 +823,8 @@ static struct magazine *maglist_pop(struct maglist *l)
     struct magazine *m = l->head;
     if (m) {
         l->head = m->next;
-        if (--l->total < l->min)
+        __atomic_store_n(&l->total, l->total - 1, __ATOMIC_RELAXED);   /* peeked by idle walks */
+        if (l->total < l->min)
             l->min = l->total;
         maglist_count(l, m, -1);
     }
@@ -826,7 +835,7 @@ static void maglist_push(struct maglist *l, struct magazine *m)
 {
     m->next = l->head;
     l->head = m;
-    l->total++;
+    __atomic_store_n(&l->total, l->total + 1, __ATOMIC_RELAXED);
     maglist_count(l, m, +1);
 }
 
@@ -869,7 +878,7 @@ static struct slab_cpu *cpu_get(struct kmem_cache *cp)
         return NULL;
     cpu->previous = &mag_none;
     cpu_load(cpu, &mag_none);
-    *slot = cpu;
+    __atomic_store_n(slot, cpu, __ATOMIC_RELEASE);   /* slab_stats reads it from other threads */
     return cpu;
 }
 
@@ -1253,7 +1262,7 @@ static size_t slabs_release(struct kmem_cache *cp, struct slab_cache *sc, uint64
             sc->freelist = sp->next;
         list_unlink(sp);
         sc->nslabs--;
-        sc->nfree_slabs--;
+        free_slabs_add(sc, -1);
         sp->next = victims;
         victims = sp;
     }
@@ -1421,7 +1430,7 @@ static void slab_init(void)
 
 /* --- Threads, statistics, fork ---------------------------------------------- */
 
-static uint64_t mag_count(const struct magazine *m)
+SK_RACY_READS static uint64_t mag_count(const struct magazine *m)   /* slab_stats: another thread's rounds */
 {
     uint32_t r = __atomic_load_n(&m->rounds, __ATOMIC_RELAXED);
     return r <= m->cap ? r : 0;
@@ -1450,7 +1459,7 @@ static void slab_thread_exit(struct kmem_cache *cp, void *arg)
     cache_own_free(cpu, sizeof *cpu);
 }
 
-static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+SK_RACY_READS static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
 {
     struct slab_cache *sc = SC(cp);
     uint64_t cached = 0, allocs = 0, frees = 0;
@@ -1460,7 +1469,7 @@ static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
     lock_acquire(&thread_list_lock);
     for (struct sk_thread *t = thread_list; t; t = t->next) {
         void **slot = thread_cpu_peek(t, cp->id);
-        struct slab_cpu *cpu = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : NULL;
+        struct slab_cpu *cpu = slot ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : NULL;
         if (!thread_cpu_present(cpu))
             continue;
         void **top = __atomic_load_n(&cpu->top, __ATOMIC_RELAXED), **base = __atomic_load_n(&cpu->base, __ATOMIC_RELAXED);

@@ -251,7 +251,7 @@ static void add_partial(struct slub_cache *sc, struct page_desc *d)
     else
         sc->partial_head = d;
     sc->partial_tail = d;
-    sc->nr_partial++;
+    __atomic_store_n(&sc->nr_partial, sc->nr_partial + 1, __ATOMIC_RELAXED);   /* get_partial peeks it */
 }
 
 static void remove_partial(struct slub_cache *sc, struct page_desc *d)
@@ -266,7 +266,7 @@ static void remove_partial(struct slub_cache *sc, struct page_desc *d)
     else
         sc->partial_tail = s->prev;
     s->next = s->prev = NULL;
-    sc->nr_partial--;
+    __atomic_store_n(&sc->nr_partial, sc->nr_partial - 1, __ATOMIC_RELAXED);
 }
 
 /* --- Freezing and unfreezing ----------------------------------------------- */
@@ -1006,7 +1006,10 @@ static size_t slub_reap(struct kmem_cache *cp)
 
 /* Exact once every other thread has exited (their counters are folded);
  * a live thread's counters are read without synchronisation. */
-static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+/* Other threads' counters are read while they run (their fast paths keep
+ * them with plain stores): any value read is one they held, and the sums
+ * are exact once the threads have exited. */
+SK_RACY_READS static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
 {
     struct slub_cache *sc = cache_priv(cp);
     uint64_t allocs = __atomic_load_n(&sc->allocs, __ATOMIC_RELAXED);

@@ -30,7 +30,7 @@ struct kmem_cache *malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
 SK_INLINE struct kmem_cache *class_of(size_t size)
 {
     if (size <= MALLOC_SMALL_MAX) {
-        struct kmem_cache *cp = malloc_small[(size + 15) >> 4];
+        struct kmem_cache *cp = SK_LOAD_DEP(&malloc_small[(size + 15) >> 4]);
         return cp ? cp : malloc_small_fill(size);
     }
     if (size <= MALLOC_MID_MAX)

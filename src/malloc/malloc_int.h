@@ -87,7 +87,7 @@ SK_INLINE void *malloc_fast(size_t size)
 {
     struct kmem_cache *cp;
     if (likely(size <= MALLOC_SMALL_MAX))
-        cp = malloc_small[(size + 15) >> 4];
+        cp = SK_LOAD_DEP(&malloc_small[(size + 15) >> 4]);
     else if (size <= MALLOC_MID_MAX)   /* 1..32 KiB: the kmem layer's class index, then the cache */
         cp = kmalloc_cache_fast(size);
     else

@@ -86,6 +86,18 @@ static struct page_desc *rmqueue(unsigned order)
     return NULL;
 }
 
+/* Whether h heads a free block of this order.  The buddy's coalescing and
+ * range tests (zone lock held) read neighbouring head descriptors that the
+ * thread which has such a block allocated may be writing (PAGE_USED,
+ * PAGE_LAZY, PAGE_SLAB...).  Only the zone lock's holder ever writes
+ * PAGE_FREE, so whatever is read from a block in use means "not free": no
+ * merge, no claim.  Linux's buddy reads its neighbours' page flags the same
+ * way (page_is_buddy). */
+SK_RACY_READS static bool free_head(const struct page_desc *h, unsigned order)
+{
+    return h->kind == PAGE_FREE && h->order == order;
+}
+
 /* Linux __free_one_page: merge with the buddy while it is free at the same
  * order.  The result is purged (PD_PURGED in flags) only if every part was:
  * freshly freed memory is not. */
@@ -97,7 +109,7 @@ static void free_one_flags(struct page_desc *d, unsigned order, uint32_t flags)
     while (order < MAX_ORDER) {
         uint32_t bidx = idx ^ (1u << order);
         struct page_desc *b = base + bidx;
-        if (b->kind != PAGE_FREE || b->order != order)
+        if (!free_head(b, order))
             break;
         list_del(b, order);
         flags &= b->flags;
@@ -108,7 +120,7 @@ static void free_one_flags(struct page_desc *d, unsigned order, uint32_t flags)
         order++;
     }
     d = base + idx;
-    make_free(d, order, flags & PD_PURGED, page_clock_ms);
+    make_free(d, order, flags & PD_PURGED, page_now_ms());
 }
 
 static void free_one(struct page_desc *d, unsigned order)
@@ -161,7 +173,7 @@ static struct page_desc *free_block_of(struct page_desc *base, uint32_t idx)
 {
     for (unsigned o = 0; o <= MAX_ORDER; o++) {
         struct page_desc *h = base + (idx & ~((1u << o) - 1));
-        if (h->kind == PAGE_FREE && h->order == o)
+        if (free_head(h, o))
             return h;
     }
     return NULL;
@@ -370,7 +382,7 @@ static void buddy_trim(struct region_hdr *r)
     struct page_desc *base = region_descs(r);
     lock_acquire(&zone.lock);
     uint32_t end = __atomic_load_n(&r->end, __ATOMIC_RELAXED);
-    uint32_t n = r->reserved == end ? tail_free(base, end, end - r->r.first_page) : 0;
+    uint32_t n = __atomic_load_n(&r->reserved, __ATOMIC_RELAXED) == end ? tail_free(base, end, end - r->r.first_page) : 0;
     if (n >= TRIM_PAGES)
         take_range(base, end - n, end);  /* whole free blocks: tail_free stops at block starts */
     lock_release(&zone.lock);

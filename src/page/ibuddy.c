@@ -137,6 +137,13 @@ static void avail_del(struct ib_space *s, struct region_hdr *r)
         r->avail_next->avail_prev = r->avail_prev;
 }
 
+/* A space's free count is peeked without its lock (which space to try
+ * first): it changes with atomic stores, the lock held. */
+SK_INLINE void space_free_add(struct ib_space *s, int64_t n)
+{
+    __atomic_store_n(&s->nr_free, s->nr_free + (uint64_t)n, __ATOMIC_RELAXED);
+}
+
 /* Sets the free bits of frames [idx, idx+n) of r (all in use before). */
 static void bits_set(struct ib_space *s, struct region_hdr *r, uint32_t idx, uint32_t n)
 {
@@ -162,7 +169,7 @@ static void bits_set(struct ib_space *s, struct region_hdr *r, uint32_t idx, uin
     if (r->nr_free == 0)
         avail_add(s, r);
     r->nr_free += n;
-    s->nr_free += n;
+    space_free_add(s, n);
 }
 
 /* bits_set for one frame: the lazy layer's drains. */
@@ -177,7 +184,7 @@ SK_INLINE void bit_set1(struct ib_space *s, struct region_hdr *r, uint32_t idx)
     r->map[w].free = old | (1ull << (idx & 63));
     if (r->nr_free++ == 0)
         avail_add(s, r);
-    s->nr_free++;
+    space_free_add(s, 1);
 }
 
 /* Clears the free (and purged) bits of frames [idx, idx+n), all free. */
@@ -204,7 +211,7 @@ static void bits_clear(struct ib_space *s, struct region_hdr *r, uint32_t idx, u
         idx += k;
     }
     r->nr_free -= n;
-    s->nr_free -= n;
+    space_free_add(s, -(int64_t)n);
     if (r->nr_free == 0)
         avail_del(s, r);
 }
@@ -247,7 +254,7 @@ static unsigned pop_frames(struct ib_space *s, unsigned n, uint8_t kind, struct 
                 r->summary[sw] &= ~(1ull << (w & 63));
         }
         r->nr_free -= taken;
-        s->nr_free -= taken;
+        space_free_add(s, -(int64_t)taken);
         if (r->nr_free == 0)
             avail_del(s, r);
     }
@@ -395,7 +402,7 @@ static int find_span(const struct region_hdr *r, uint32_t n)
 static void cache_dissolve(struct ib_space *s, struct page_desc *d, unsigned order)
 {
     uint32_t len = 1u << order;
-    s->nr_free -= len;                   /* bits_set counts them again */
+    space_free_add(s, -(int64_t)len);    /* bits_set counts them again */
     bits_set(s, region_of_desc(d), desc_index(d), len);
     s->splits++;                         /* the block dissolves into frames */
     recent_push(s, d, order);
@@ -428,7 +435,7 @@ SK_INLINE void cache_push(struct ib_space *s, struct page_desc *d, unsigned orde
         s->cached++;
     }
     c->d[c->top++ & (IB_CACHE - 1)] = d;
-    s->nr_free += 1u << order;
+    space_free_add(s, (int64_t)1 << order);
 }
 
 /* Space lock held. */
@@ -455,7 +462,7 @@ static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
             struct page_desc *head = c->d[--c->top & (IB_CACHE - 1)];
             c->n--;
             s->cached--;
-            s->nr_free -= 1u << o;
+            space_free_add(s, -((int64_t)1 << o));
             while (o > order) {
                 o--;
                 head[1u << o].kind = PAGE_FREE;
@@ -541,7 +548,7 @@ static void ibuddy_trim(struct region_hdr *r)
     struct ib_space *s = &spaces[r->r.space];
     lock_acquire(&s->lock);
     uint32_t end = __atomic_load_n(&r->end, __ATOMIC_RELAXED);
-    uint32_t n = r->reserved == end ? tail_free(r, end, end - r->r.first_page) : 0;
+    uint32_t n = __atomic_load_n(&r->reserved, __ATOMIC_RELAXED) == end ? tail_free(r, end, end - r->r.first_page) : 0;
     if (n >= TRIM_PAGES)
         bits_clear(s, r, end - n, n);
     lock_release(&s->lock);

@@ -102,22 +102,13 @@ struct map_table {
 };
 extern struct map_table *region_map_tab, *region_owner_tab __attribute__((visibility("hidden")));
 
-/* The entry of slot in table *tp, 0 outside its window.  The entry is read
- * with a plain load where ThreadSanitizer does not look: entries are written
- * with atomic stores (region_map_set), and on x86-64 a relaxed atomic load
- * is the same mov -- but GCC computes its address into a register first,
- * one instruction more on every free. */
+/* The entry of slot in table *tp, 0 outside its window (entries are
+ * written with release stores: region_map_set). */
 SK_INLINE uintptr_t map_table_get(struct map_table *const *tp, uintptr_t slot)
 {
     struct map_table *t = __atomic_load_n(tp, __ATOMIC_ACQUIRE);
     uintptr_t i = slot - t->lo;
-    if (unlikely(i >= t->len))
-        return 0;
-#ifdef SK_TSAN
-    return __atomic_load_n(&t->e[i], __ATOMIC_RELAXED);
-#else
-    return t->e[i];
-#endif
+    return likely(i < t->len) ? SK_LOAD_DEP(&t->e[i]) : 0;
 }
 
 /* The map entry of slot. */

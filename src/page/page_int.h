@@ -46,9 +46,11 @@ extern unsigned pcp_high;
 
 struct region_hdr {
     struct region r;                 /* base, next (all regions), first_page, space */
-    /* region.c, under region_lock: frames [first_page, end) are committed;
-     * address space is ours up to reserved (REGION_PAGES, or end under an
-     * address-space limit); stuck: the address space after it is taken. */
+    /* region.c, written under region_lock (end and reserved with atomic
+     * stores: the back ends read them under their own locks): frames
+     * [first_page, end) are committed; address space is ours up to
+     * reserved (REGION_PAGES, or end under an address-space limit); stuck:
+     * the address space after it is taken. */
     uint32_t end, reserved;
     bool stuck;
     struct page_owner *owner;        /* the owner array (also in the region map) */

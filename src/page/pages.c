@@ -47,7 +47,8 @@ SK_NOINLINE static void page_init_slow(void)
         os_init();
         page_be = sk_opt.pages == PAGES_BUDDY ? &buddy_backend : &ibuddy_backend;
         page_be->init();
-        page_clock_ms = last_purge_ms = os_now_ms();
+        __atomic_store_n(&page_clock_ms, os_now_ms(), __ATOMIC_RELAXED);
+        __atomic_store_n(&last_purge_ms, page_clock_ms, __ATOMIC_RELAXED);
         __atomic_store_n(&page_ready, 2, __ATOMIC_RELEASE);
     }
     lock_release(&init_lock);
@@ -94,7 +95,7 @@ static void trim_all(void)
 static size_t purge_pass(bool all, uint64_t now)
 {
     __atomic_store_n(&page_clock_ms, now, __ATOMIC_RELAXED);
-    last_purge_ms = now;
+    __atomic_store_n(&last_purge_ms, now, __ATOMIC_RELAXED);
     /* A full pass leaves nothing dirty.  A timed pass leaves the recent
      * frees, so it keeps their count, but ends the credit of older growth. */
     if (all)
@@ -115,7 +116,7 @@ SK_NOINLINE void page_purge_check(void)
     if (tick_hook)
         tick_hook(now);                  /* no page-layer lock held here */
     /* A pass at most every 100 ms: it walks the free lists / bitmaps. */
-    if (sk_opt.return_mode == RETURN_OFF || now - last_purge_ms < 100)
+    if (sk_opt.return_mode == RETURN_OFF || now - __atomic_load_n(&last_purge_ms, __ATOMIC_RELAXED) < 100)
         return;
     if (!lock_try(&purge_lock))
         return;                          /* someone else is purging */
@@ -467,8 +468,8 @@ SK_API void *kmem_pages_alloc(unsigned order, int flags)
         return NULL;
     }
     static int hooks;
-    if (unlikely(!hooks)) {
-        hooks = 1;
+    if (unlikely(!__atomic_load_n(&hooks, __ATOMIC_RELAXED))) {
+        __atomic_store_n(&hooks, 1, __ATOMIC_RELAXED);
         fork_hooks_install();            /* page-API-only programs fork safely too */
     }
     void *p = page_alloc(order, flags);
@@ -502,7 +503,10 @@ void page_fold_thread_counters(struct sk_thread *t)
     __atomic_store_n(&t->pcp_frees, 0, __ATOMIC_RELAXED);
 }
 
-SK_API void slabkit_page_stats(struct slabkit_page_stats *out)
+/* The lazy lists' counts of running threads are read while those threads
+ * change them with plain stores on their fast paths: racy, exact once the
+ * threads have exited. */
+SK_API SK_RACY_READS void slabkit_page_stats(struct slabkit_page_stats *out)
 {
     page_init();
     memset(out, 0, sizeof *out);

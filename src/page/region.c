@@ -157,12 +157,12 @@ static bool commit(struct region_hdr *r, uint32_t end)
     if (end > r->reserved) {
         if (!os_map_at(base + ((size_t)r->reserved << PAGE_SHIFT), (size_t)(end - r->reserved) << PAGE_SHIFT, OS_RW))
             return false;
-        r->reserved = end;
+        __atomic_store_n(&r->reserved, end, __ATOMIC_RELAXED);
     } else if (!os_protect(base + ((size_t)r->end << PAGE_SHIFT), (size_t)(end - r->end) << PAGE_SHIFT, OS_RW)) {
         return false;
     }
     __atomic_store_n(&region_pages_held, region_pages_held + (end - r->end), __ATOMIC_RELAXED);
-    r->end = end;
+    __atomic_store_n(&r->end, end, __ATOMIC_RELAXED);   /* read by the back ends under their own locks */
     return true;
 }
 
@@ -271,7 +271,8 @@ bool region_trim(struct region_hdr *r, uint32_t from, uint32_t end)
     bool ok = r->end == end && r->reserved == end && from >= r->r.first_page && from < end;
     if (ok) {
         os_unmap((char *)r->r.base + ((size_t)from << PAGE_SHIFT), (size_t)(end - from) << PAGE_SHIFT);
-        r->end = r->reserved = from;
+        __atomic_store_n(&r->end, from, __ATOMIC_RELAXED);
+        __atomic_store_n(&r->reserved, from, __ATOMIC_RELAXED);
         r->stuck = false;
         __atomic_store_n(&region_pages_held, region_pages_held - (end - from), __ATOMIC_RELAXED);
     }
