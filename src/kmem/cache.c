@@ -183,6 +183,8 @@ static void cache_free_owned_shim(struct kmem_cache *cp, void *obj, uintptr_t au
     sk_design.free(cp, obj);
 }
 
+static size_t reclaim_for_pages(void);
+
 void cache_init(void)
 {
     static int state;      /* 0 never, 1 in progress, 2 done */
@@ -209,7 +211,7 @@ void cache_init(void)
         sk_design.free_owned = cache_free_owned_shim;
     if (!sk_design.alloc_checked || sk_opt.debug)
         sk_design.alloc_checked = cache_alloc_checked_shim;
-    page_set_reclaim_hook(cache_reap_all_urgent);
+    page_set_reclaim_hook(reclaim_for_pages);
     fork_hooks_install();
     if (sk_opt.stats)
         cache_stats_atexit();
@@ -689,7 +691,11 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size)
 
 /* --- Reclaim ------------------------------------------------------------- */
 
-size_t cache_reap_all(void)
+/* Every cache, the large blocks and the page layer; bytes released.  own:
+ * the calling thread's own per-cache state goes too (it must be in no
+ * design's path then: the next allocation makes its state again; other
+ * threads' states are theirs to touch). */
+static size_t reap_all(bool own)
 {
     size_t bytes = 0;
     bool urgent = __atomic_load_n(&cache_reap_urgent, __ATOMIC_RELAXED) != 0;
@@ -699,10 +705,7 @@ size_t cache_reap_all(void)
         debug_reap();                  /* quarantined buffers first: they go back to their caches */
     lock_acquire(&cache_list_lock);
     for (struct kmem_cache *cp = cache_list; cp; cp = cp->next) {
-        /* Memory is short: what the calling thread holds for itself goes
-         * too (it is in no fast path now; the next allocation makes its
-         * state again).  Other threads' states are theirs to touch. */
-        if (urgent && self->state == THREAD_LIVE)
+        if (own && self->state == THREAD_LIVE)
             cache_flush_slot(cp, self);
         if (sk_design.reap)
             bytes += sk_design.reap(cp);
@@ -715,12 +718,29 @@ size_t cache_reap_all(void)
     return bytes + ((page_returned_pages() - returned) << PAGE_SHIFT);
 }
 
+size_t cache_reap_all(void)
+{
+    return reap_all(false);
+}
+
 int cache_reap_urgent;
 
 size_t cache_reap_all_urgent(void)
 {
     __atomic_fetch_add(&cache_reap_urgent, 1, __ATOMIC_RELAXED);
-    size_t bytes = cache_reap_all();
+    size_t bytes = reap_all(true);
+    __atomic_fetch_sub(&cache_reap_urgent, 1, __ATOMIC_RELAXED);
+    return bytes;
+}
+
+/* The page layer's reclaim hook: as urgent, but the caller's own state
+ * stays -- the page layer is called from inside a design's slow path,
+ * which holds that state (the fault-injection test found a slab refill
+ * whose state was freed under it). */
+static size_t reclaim_for_pages(void)
+{
+    __atomic_fetch_add(&cache_reap_urgent, 1, __ATOMIC_RELAXED);
+    size_t bytes = reap_all(false);
     __atomic_fetch_sub(&cache_reap_urgent, 1, __ATOMIC_RELAXED);
     return bytes;
 }

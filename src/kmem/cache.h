@@ -256,10 +256,11 @@ SK_INLINE void cache_own_free(void *p, size_t size) { cache_internal_free(p, ALI
 
 /* Reap every cache and then the page layer; bytes released. */
 size_t cache_reap_all(void);
-/* The same when memory is short (a malloc or KM_SLEEP retry, the page
- * layer's reclaim hook, malloc_trim): cache_reap_urgent is > 0 meanwhile,
- * designs that keep a working set (SLAB's depot) give back everything free
- * instead, and so does the calling thread's own per-cache state.
+/* The same when memory is short (a malloc or KM_SLEEP retry, malloc_trim):
+ * cache_reap_urgent is > 0 meanwhile, designs that keep a working set
+ * (SLAB's depot) give back everything free instead, and so does the
+ * calling thread's own per-cache state (so never call it from inside a
+ * design's path; the page layer's reclaim hook keeps that state).
  * kmem_reap() is the gentle form. */
 extern int cache_reap_urgent;
 size_t cache_reap_all_urgent(void);

@@ -33,8 +33,16 @@ static int prot_bits(enum os_prot prot)
 /* One mmap; at (if not NULL) is a fixed address that must not replace
  * anything.  NULL on failure with errno set (EEXIST: something is there);
  * errno untouched on success. */
+#ifdef SK_FAULT_INJECT
+bool (*os_fault_hook)(enum os_fault_site site);
+#endif
+
 static char *map_as(void *at, size_t size, enum os_prot prot, bool noreserve)
 {
+    if (OS_FAULT(FAULT_MAP)) {
+        errno = ENOMEM;
+        return NULL;
+    }
     int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : 0) | (at ? MAP_FIXED_NOREPLACE : 0);
     int saved = errno;
     char *p = mmap(at, size, prot_bits(prot), flags, -1, 0);
@@ -178,6 +186,8 @@ void *os_place_growable(size_t size, size_t align, enum os_prot prot)
 
 bool os_protect(void *p, size_t size, enum os_prot prot)
 {
+    if (OS_FAULT(FAULT_PROTECT))
+        return false;
     int saved = errno;
     int rc = mprotect(p, size, prot_bits(prot));
     errno = saved;
@@ -192,6 +202,8 @@ bool os_as_limited(void)
 
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed)
 {
+    if (OS_FAULT(FAULT_REMAP))
+        return NULL;
     int saved = errno;
     void *q = fixed ? mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, fixed)
                     : mremap(p, old_size, new_size, 0);
@@ -209,6 +221,8 @@ void os_unmap(void *p, size_t size)
 
 bool os_purge(void *p, size_t size, bool dontneed)
 {
+    if (OS_FAULT(FAULT_PURGE))
+        return false;
     int saved = errno;
     int rc = madvise(p, size, dontneed ? MADV_DONTNEED : MADV_FREE);
     errno = saved;

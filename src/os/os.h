@@ -61,6 +61,21 @@ bool os_purge(void *p, size_t size, bool dontneed);
  * every reservation then counts against what the program can use. */
 bool os_as_limited(void);
 
+/* Fault injection, in test builds only (-DSK_FAULT_INJECT: tests/fault.mk
+ * builds a core archive of its own for tests/unit/test_fault.c; the
+ * library and every other program are built without it, and there the hook
+ * does not exist).  When set, the hook is asked before every request for
+ * memory: each system call above that maps, protects, remaps or purges, and
+ * every attempt of the page layer to hand out frames (its lazy lists
+ * included); true makes that request fail as if the OS had refused it. */
+enum os_fault_site { FAULT_MAP, FAULT_PROTECT, FAULT_REMAP, FAULT_PURGE, FAULT_PAGES };
+#ifdef SK_FAULT_INJECT
+extern bool (*os_fault_hook)(enum os_fault_site site);
+#define OS_FAULT(site) (unlikely(os_fault_hook != NULL) && os_fault_hook(site))
+#else
+#define OS_FAULT(site) false
+#endif
+
 /* Milliseconds from CLOCK_MONOTONIC_COARSE: a vDSO read, ~10 ms resolution. */
 uint64_t os_now_ms(void);
 

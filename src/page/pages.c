@@ -194,7 +194,9 @@ static struct page_desc *page_alloc_block(unsigned order, size_t run, int flags)
     page_init();
     struct sk_thread *t = thread_self();
     for (int attempt = 0;; attempt++) {
-        if (run) {
+        if (OS_FAULT(FAULT_PAGES)) {
+            /* test builds: this attempt is refused */
+        } else if (run) {
             struct page_desc *d = page_be->alloc_run(t, run);
             if (d) {
                 page_note_freed(-(int64_t)run);
@@ -240,6 +242,10 @@ SK_NOINLINE static void *page_alloc_slow(unsigned order, int flags)
 
 void *page_alloc(unsigned order, int flags)
 {
+#ifdef SK_FAULT_INJECT
+    if (os_fault_hook)
+        return page_alloc_slow(order, flags);   /* every request asks the hook */
+#endif
     if (likely(order == 0)) {
         /* The fast path: pop the thread's lazy list (a load, two stores and
          * the counter; exited threads have no list and miss). */
