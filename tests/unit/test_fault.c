@@ -28,8 +28,9 @@
  * frame handed out once, with no growth, and no two alike).  The report
  * names each call site where a failure was injected (addr2line); it must
  * include slab creation, cache creation, per-thread state, the library's
- * own structures, large and huge blocks and region growth.  The sweep is
- * repeated with SLABKIT_DEBUG=all (audit records, guard pages). */
+ * own structures, large and huge blocks, a huge block's resize (mremap) and
+ * region growth.  The sweep is repeated with SLABKIT_DEBUG=all (audit
+ * records, guard pages). */
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <pthread.h>
@@ -184,6 +185,31 @@ static void *thread_work(void *arg)
 
 static void stats_cb(const struct slabkit_cache_stats *st, void *arg) { (void)st; (*(int *)arg)++; }
 
+/* realloc's paths (src/malloc/malloc.c, linked in without the exported
+ * symbols): a page block grown in place or moved, made huge, grown with
+ * mremap, shrunk.  A refused step leaves the block as it was. */
+void *malloc_realloc(void *p, size_t size);
+
+static void realloc_steps(void)
+{
+    static const size_t steps[] = { 300000, 6 << 20, 20 << 20, 12 << 20, 200000 };
+    uint64_t *p = got(kmem_alloc(100000, KM_NOSLEEP));
+    if (!p)
+        return;
+    p[0] = 0xfeedull;
+    for (size_t i = 0; i < ARRAY_LEN(steps); i++) {
+        uint64_t *q = malloc_realloc(p, steps[i]);
+        if (!got(q))
+            continue;                   /* refused: p is intact and still ours */
+        p = q;
+    }
+    if (p[0] != 0xfeedull) {
+        fprintf(stderr, "realloc lost the block's contents\n");
+        _exit(20);
+    }
+    cache_kfree(p);                     /* realloc may keep a block larger than asked: no size check */
+}
+
 static void workload(void)
 {
     refused = 0;
@@ -212,6 +238,7 @@ static void workload(void)
             _exit(22);
         keep(p, 3000, 1);
     }
+    realloc_steps();
     pthread_t th;
     if (pthread_create(&th, NULL, thread_work, NULL) == 0)
         pthread_join(th, NULL);
@@ -318,7 +345,7 @@ static long free_lists_sound(void)
 
 /* ---- the sweep --------------------------------------------------------------- */
 
-struct outcome { int status; uintptr_t site[FRAMES + 1]; bool have_site, bad; };
+struct outcome { int status; uintptr_t site[FRAMES + 1]; bool have_site, bad; char err[600]; };
 
 /* Child: W with requests [from, to) refused, then the checks. */
 static void child_run(unsigned long from, unsigned long to, int fd)
@@ -346,19 +373,27 @@ static void child_run(unsigned long from, unsigned long to, int fd)
 
 static void run_one(unsigned long from, unsigned long to, struct outcome *o)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
+    int fds[2], efds[2];
+    if (pipe(fds) != 0 || pipe(efds) != 0)
         exit(2);
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
+        close(efds[0]);
+        dup2(efds[1], 2);
         child_run(from, to, fds[1]);
     }
     close(fds[1]);
+    close(efds[1]);
     o->have_site = read(fds[0], o->site, sizeof o->site) == (ssize_t)sizeof o->site;
     close(fds[0]);
+    ssize_t n, len = 0;
+    while ((n = read(efds[0], o->err + len, sizeof o->err - 1 - (size_t)len)) > 0)
+        len += n;
+    o->err[len] = '\0';
+    close(efds[0]);
     waitpid(pid, &o->status, 0);
 }
 
@@ -517,6 +552,7 @@ static void sweep(const char *label)
                         "22 KM_SLEEP NULL, 23 fork child, 24 leak, 25 free lists)\n", label, k,
                         burst ? "in a burst" : "once", WIFEXITED(o->status) ? "exit" : "signal",
                         WIFEXITED(o->status) ? WEXITSTATUS(o->status) : WTERMSIG(o->status));
+                fprintf(stderr, "    %s", o->err);
             }
         }
     CHECK(failures == 0, "%s: %d of %d injections broke the allocator", label, failures, nouts);
@@ -529,9 +565,10 @@ static void sweep(const char *label)
     symbolize(pcs, np);
     char lines[512][200];
     int nlines = 0;
-    bool have[8] = { false };
+    bool have[9] = { false };
     static const char *const want[] = { "slab creation", "cache creation", "per-thread state", "own structures",
-                                        "large blocks", "huge blocks", "region growth", "debug structures" };
+                                        "large blocks", "huge blocks", "region growth", "debug structures",
+                                        "a huge block's resize" };
     bool debug = getenv("SLABKIT_DEBUG") != NULL;
     const char *design_file = getenv("SLABKIT_DESIGN");
     char dfile[64];
@@ -558,10 +595,11 @@ static void sweep(const char *label)
         have[5] |= strstr(line, "huge_alloc") != NULL;
         have[6] |= strstr(line, "region_create") || strstr(line, "commit");
         have[7] |= !debug || strstr(line, "record") || strstr(line, "audit") || strstr(line, "guarded");
+        have[8] |= debug || strstr(line, "huge_resize");    /* the debug layer always moves instead */
     }
     for (int j = 0; j < nlines; j++)
         printf("  %s\n", lines[j]);
-    for (int w = 0; w < 8; w++)
+    for (int w = 0; w < 9; w++)
         CHECK(have[w], "%s: no failure was injected at %s", label, want[w]);
 }
 
