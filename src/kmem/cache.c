@@ -466,9 +466,10 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
     size_t npages = ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT;
     if (npages < (size >> PAGE_SHIFT))      /* overflow */
         return NULL;
-    /* A plain block is a run of exactly its pages at any alignment
-     * (page_alloc_run); an aligned one is an exact block, aligned to its
-     * covering power of two, and asks for a block as big as the alignment. */
+    /* An exact block is aligned to its covering power of two (its tail goes
+     * back free); when memory is accounted tightly (page_tight) a plain block
+     * is a run of exactly its pages instead.  A larger alignment asks for a
+     * block as big as the alignment. */
     size_t min_pages = align > PAGE_SIZE ? align >> PAGE_SHIFT : 1;
     size_t take = npages > min_pages ? npages : min_pages;
     if (take > ((size_t)1 << MAX_ORDER))
@@ -481,7 +482,7 @@ void *cache_large_alloc(size_t size, size_t align, int flags)
         if (cached)
             return cached;
     }
-    void *p = align <= PAGE_SIZE ? page_alloc_run(take, flags) : page_alloc_exact(take, flags);
+    void *p = align <= PAGE_SIZE && page_tight() ? page_alloc_run(take, flags) : page_alloc_exact(take, flags);
     if (!p)
         return NULL;
     struct page_desc *d = page_desc_of(p);

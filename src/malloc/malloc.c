@@ -159,7 +159,7 @@ size_t malloc_usable(const void *p)
  * times at worst. */
 static size_t grow_target(size_t size)
 {
-    if (size <= MALLOC_MID_MAX || page_as_limited())
+    if (size <= MALLOC_MID_MAX || page_tight())
         return size;
     if (size <= (PAGE_SIZE << MAX_ORDER))
         return PAGE_SIZE << order_for_pages(ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT);

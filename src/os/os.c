@@ -194,6 +194,24 @@ bool os_protect(void *p, size_t size, enum os_prot prot)
     return rc == 0;
 }
 
+bool os_commit_strict(void)
+{
+    static int mode = -1;                /* a racing second read finds the same */
+    int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+    if (m < 0) {
+        char c = '0';
+        int fd = open("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            if (read(fd, &c, 1) != 1)
+                c = '0';
+            close(fd);
+        }
+        m = c - '0';
+        __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
+    }
+    return m == 2;
+}
+
 bool os_as_limited(void)
 {
     struct rlimit rl;

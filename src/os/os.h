@@ -76,6 +76,10 @@ extern bool (*os_fault_hook)(enum os_fault_site site);
 #define OS_FAULT(site) false
 #endif
 
+/* True when the host charges every writable private page against a fixed
+ * commit limit (vm.overcommit_memory = 2); read once. */
+bool os_commit_strict(void);
+
 /* Milliseconds from CLOCK_MONOTONIC_COARSE: a vDSO read, ~10 ms resolution. */
 uint64_t os_now_ms(void);
 

@@ -59,7 +59,12 @@ void *huge_alloc(size_t size, size_t align)
     size_t usable = ALIGN_UP(size, PAGE_SIZE);
     size_t len = align + usable;
     size_t map_align = align > REGION_SIZE ? align : REGION_SIZE;
-    char *base = os_place(len, map_align, OS_RW_CHARGED);
+    /* Under tight accounting a huge block that realloc grows had better grow
+     * in place (a move needs old and new at once): placed one slot below
+     * the kernel's choice, the kernel's next mappings fill the space above
+     * it before they reach the room after it. */
+    char *base = page_tight() ? os_place_growable(len, map_align, OS_RW_CHARGED)
+                              : os_place(len, map_align, OS_RW_CHARGED);
     if (!base) {
         errno = ENOMEM;
         return NULL;
@@ -161,7 +166,7 @@ void *huge_resize(void *p, size_t size)
          * (the block is the caller's, nobody else looks it up) and restored
          * if the move fails. */
         size_t map_align = align > REGION_SIZE ? align : REGION_SIZE;
-        char *nb = os_place(len, map_align, OS_NONE);
+        char *nb = page_tight() ? os_place_growable(len, map_align, OS_NONE) : os_place(len, map_align, OS_NONE);
         if (!nb)
             return NULL;
         if ((((uintptr_t)nb + len - 1) >> ADDRESS_BITS) || !region_map_prepare((uintptr_t)nb, len)) {

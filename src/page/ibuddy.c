@@ -311,7 +311,7 @@ static struct page_desc *recent_take(struct ib_space *s, unsigned order, struct 
  * end), so repeated searches do not rescan the fragmented low words; only a
  * free lowers the bound again.  Allocations never create runs, so they leave
  * the bounds valid. */
-static int find_run(struct region_hdr *r, unsigned order)
+static void fold_freed(struct region_hdr *r)
 {
     if (r->freed_min < REGION_WORDS) {
         unsigned fm = r->freed_min;
@@ -322,6 +322,11 @@ static int find_run(struct region_hdr *r, unsigned order)
         }
         r->freed_min = REGION_WORDS;
     }
+}
+
+static int find_run(struct region_hdr *r, unsigned order)
+{
+    fold_freed(r);
     unsigned w = r->low[order];
     if (order < 6) {
         unsigned len = 1u << order;
@@ -365,11 +370,21 @@ none:
 /* Frame index of the lowest run of n free frames in r (any alignment), or
  * -1: address-ordered first fit, a word at a time.  A run is carried across
  * words through their top and bottom ones; inside a word, x &= x >> s
- * leaves bit i set iff frames i..i+n-1 are free (n < 64). */
-static int find_span(const struct region_hdr *r, uint32_t n)
+ * leaves bit i set iff frames i..i+n-1 are free (n < 64).  A run of n
+ * frames holds an aligned run of order floor(log2 n) - 1, and none of those
+ * starts below low[] of that order, so the scan starts n frames before it. */
+static int find_span(struct region_hdr *r, uint32_t n)
 {
     uint32_t run = 0, start = 0;
-    for (uint32_t w = 0; w < REGION_WORDS; w++) {
+    unsigned j = 31u - (unsigned)__builtin_clz(n);
+    j = j ? j - 1 : 0;
+    uint32_t w0 = 0;
+    if (j) {
+        fold_freed(r);
+        uint32_t back = n / 64 + 1;
+        w0 = r->low[j] > back ? r->low[j] - back : 0;
+    }
+    for (uint32_t w = w0; w < REGION_WORDS; w++) {
         uint64_t x = r->map[w].free;
         if (x == ~0ull) {
             if (!run)

@@ -77,13 +77,13 @@ static void freed_raise(int64_t n, int64_t floor)
  * to the OS: after a large free in it, and at every purge pass. */
 static void trim_after_free(struct page_desc *d, size_t npages)
 {
-    if (npages >= TRIM_PAGES / 4 && page_as_limited())
+    if (npages >= TRIM_PAGES / 4 && page_tight())
         page_be->trim(region_of_desc(d));
 }
 
 static void trim_all(void)
 {
-    if (!page_as_limited())
+    if (!page_tight())
         return;
     for (struct region_hdr *r = __atomic_load_n(&region_list, __ATOMIC_ACQUIRE); r;
          r = (struct region_hdr *)r->r.next)

@@ -36,7 +36,7 @@ struct sk_lock map_lock = SK_LOCK_INIT;            /* table growth and entry wri
 struct sk_lock region_lock = SK_LOCK_INIT;
 struct region_hdr *region_list;
 uint64_t region_pages_held;
-bool page_as_limit;
+bool page_tight_flag;
 
 /* ---- the region map ------------------------------------------------------ */
 
@@ -196,9 +196,7 @@ static struct region_hdr *region_create(unsigned space, unsigned order, uint32_t
      * descriptors, the header and the first frames only. */
     char *base = NULL;
     uint32_t reserved = REGION_PAGES;
-    bool limited = os_as_limited();
-    __atomic_store_n(&page_as_limit, limited, __ATOMIC_RELAXED);
-    if (!limited)
+    if (!os_as_limited())
         base = os_place(REGION_SIZE, REGION_SIZE, OS_NONE);
     if (base && !os_protect(base, REGION_META_PAGES * PAGE_SIZE, OS_READ)) {
         os_unmap(base, REGION_SIZE);
@@ -252,6 +250,9 @@ struct region_hdr *region_grow(struct region_hdr *r, unsigned space, unsigned or
                                uint32_t tail, uint32_t *from, uint32_t *to)
 {
     lock_acquire(&region_lock);
+    /* Refreshed at every growth: a limit set at run time counts from the
+     * next megabyte on. */
+    __atomic_store_n(&page_tight_flag, os_as_limited() || os_commit_strict(), __ATOMIC_RELAXED);
     uint32_t start = r ? r->end : 0;
     if (!r || !commit_growth(r, grow_need(r->end, order, run, tail))) {
         r = region_create(space, order, run);

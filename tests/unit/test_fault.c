@@ -17,20 +17,22 @@
  * KM_SLEEP allocation.  Every object is stamped.
  *
  * A first run with a hook that refuses nothing numbers the requests and
- * tells their call chains apart.  Then, for the first request of every
- * distinct chain, a child fails that request once ("one-shot"), and another
- * fails it and the next 63 ("burst"; W then skips its KM_SLEEP step).  In
- * each child W must finish (no crash, no hang), every stamp must be intact,
- * and after the hook is disarmed: everything freed and the cache destroyed
- * (which aborts if the cache's counts say an object is still out), W run
- * again with no allocation refused, the pages in use back to what the
- * fault-free run leaves (no leak), and the free lists sound (every free
- * frame handed out once, with no growth, and no two alike).  The report
- * names each call site where a failure was injected (addr2line); it must
- * include slab creation, cache creation, per-thread state, the library's
- * own structures, large and huge blocks, a huge block's resize (mremap) and
- * region growth.  The sweep is repeated with SLABKIT_DEBUG=all (audit
- * records, guard pages). */
+ * tells their call chains apart (madvise, which purges make on a timer, is
+ * left out of the numbering: one more child has every madvise refused).
+ * Then, for the first request of every distinct chain, a child fails that
+ * request once ("one-shot"), and another fails it and the next 63 ("burst";
+ * W then skips its KM_SLEEP step).  In each child W must finish (no crash,
+ * no hang), every stamp must be intact, and after the hook is disarmed:
+ * everything freed and the cache destroyed (which aborts if the cache's
+ * counts say an object is still out), W run again with no allocation
+ * refused, no object counted out, no block left allocated, no frame the
+ * page layer holds that is neither free nor marked in use (no leak), and
+ * the free lists sound (every free frame handed out once, with no growth,
+ * and no two alike).  The report names each call site where a failure was
+ * injected (addr2line); it must include slab creation, cache creation,
+ * per-thread state, the library's own structures, large and huge blocks, a
+ * huge block's resize (mremap) and region growth.  The sweep is repeated
+ * with SLABKIT_DEBUG=all (audit records, guard pages). */
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <pthread.h>
@@ -63,8 +65,12 @@ static uintptr_t chain_hash(void *const *pc, int n)
     return h;
 }
 
+static bool purges_fail;   /* madvise: refused all at once or not at all (purges run on a timer) */
+
 static bool hook(enum os_fault_site site)
 {
+    if (site == FAULT_PURGE)
+        return purges_fail;
     unsigned long n = hook_calls++;
     if (recording && n < MAX_CALLS) {
         void *pc[FRAMES];
@@ -535,8 +541,8 @@ static void sweep(const char *label)
         if (!seen)
             first[nfirst++] = k;
     }
-    printf("%s: %lu requests for memory in the workload, %d distinct call chains; each failed once and in a burst of %d\n",
-           label, n, nfirst, BURST);
+    printf("%s: %lu requests for memory in the workload, %d distinct call chains; each failed once and in a burst of %d;"
+           " and every madvise refused\n", label, n, nfirst, BURST);
     static struct outcome outs[2 * MAX_CALLS];
     int nouts = 0, failures = 0;
     for (int i = 0; i < nfirst; i++)
@@ -555,7 +561,17 @@ static void sweep(const char *label)
                 fprintf(stderr, "    %s", o->err);
             }
         }
-    CHECK(failures == 0, "%s: %d of %d injections broke the allocator", label, failures, nouts);
+    /* Purges run on a timer, so they are not numbered: one child has
+     * every madvise refused (memory is then simply not given back). */
+    purges_fail = true;
+    struct outcome *po = &outs[nouts];
+    run_one(~0ul, ~0ul, po);
+    purges_fail = false;
+    if (!(WIFEXITED(po->status) && (WEXITSTATUS(po->status) == 0 || WEXITSTATUS(po->status) == 26))) {
+        failures++;
+        fprintf(stderr, "%s: every madvise refused: child status %d\n    %s", label, po->status, po->err);
+    }
+    CHECK(failures == 0, "%s: %d of %d injections broke the allocator", label, failures, nouts + 1);
     /* Name the sites. */
     static uintptr_t pcs[2 * MAX_CALLS * FRAMES];
     int np = 0;
