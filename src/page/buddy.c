@@ -128,16 +128,24 @@ static void free_one(struct page_desc *d, unsigned order)
     free_one_flags(d, order, 0);
 }
 
+/* The order of the largest aligned block that starts at frame from and
+ * ends by to (from < to): how a range is cut into buddy blocks. */
+static unsigned piece_order(uint32_t from, uint32_t to)
+{
+    unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
+    if (o > MAX_ORDER)
+        o = MAX_ORDER;
+    while (from + (1u << o) > to)
+        o--;
+    return o;
+}
+
 /* Frames [from, to) of the region at base join the zone as aligned
  * pieces, each merged with free neighbours.  Zone lock held. */
 static void free_frames(struct page_desc *base, uint32_t from, uint32_t to, uint32_t flags)
 {
     while (from < to) {
-        unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
-        if (o > MAX_ORDER)
-            o = MAX_ORDER;
-        while (from + (1u << o) > to)
-            o--;
+        unsigned o = piece_order(from, to);
         free_one_flags(base + from, o, flags);
         from += 1u << o;
     }
@@ -153,11 +161,7 @@ static unsigned free_pieces(struct page_desc *base, uint32_t from, uint32_t to, 
 {
     unsigned pieces = 0;
     while (from < to) {
-        unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
-        if (o > MAX_ORDER)
-            o = MAX_ORDER;
-        while (from + (1u << o) > to)
-            o--;
+        unsigned o = piece_order(from, to);
         make_free(base + from, o, flags, since);
         pieces++;
         from += 1u << o;

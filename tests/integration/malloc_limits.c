@@ -14,48 +14,21 @@
  *   idle: the writable private mappings of a process that made a few small
  *     allocations (smaps) within 4 MiB of glibc's (it was 96 MiB more: a
  *     32 MiB flat region map and a 64 MiB read-write region). */
-#include <errno.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include "malloc_test.h"
 
 #define LIMIT_KIB 200000
 
 static char fill_prog[4096];
 
-/* Runs limitfill ARGS under the limit (0: none), with slabkit or glibc;
- * the value of key in its output line, or -1. */
+/* Runs limitfill under the limit (0: none), with slabkit or glibc; the
+ * value of key in its output line, or -1. */
 static long long run_fill(bool slabkit, size_t limit_kib, const char *mode, const char *arg, const char *key)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        if (!slabkit)
-            unsetenv("LD_PRELOAD");
-        if (limit_kib) {
-            struct rlimit rl = { limit_kib << 10, limit_kib << 10 };
-            setrlimit(RLIMIT_AS, &rl);
-        }
-        char *argv[] = { fill_prog, (char *)mode, (char *)arg, NULL };
-        execv(fill_prog, argv);
-        _exit(127);
-    }
-    close(fds[1]);
     char out[512];
-    ssize_t n, len = 0;
-    while ((n = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
-        len += n;
-    out[len] = '\0';
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "limitfill %s %s (%s): status %d, output %s",
-          mode, arg ? arg : "", slabkit ? "slabkit" : "glibc", status, out);
+    char *argv[] = { fill_prog, (char *)mode, (char *)arg, NULL };
+    int rc = run_capture(argv, !slabkit, limit_kib, out, sizeof out);
+    CHECK(rc == 0, "limitfill %s %s (%s): status %d, output %s", mode, arg ? arg : "",
+          slabkit ? "slabkit" : "glibc", rc, out);
     char pat[64];
     snprintf(pat, sizeof pat, "%s=", key);
     const char *at = strstr(out, pat);
