@@ -1,6 +1,7 @@
 # slabkit — plain make.  Entry points: make (build), make test, make bench
 # (both do their own set-up: Debian packages, the Python environment), make
-# install.  SANITIZE=1 builds everything with ASan+UBSan into build-san/.
+# install.  SANITIZE=1 builds everything with ASan+UBSan into build-san/;
+# TSAN=1 with ThreadSanitizer into build-tsan/ (tests/tsan.mk: what it runs).
 #
 # Pieces own their own fragments (*.mk), included below, so adding a tool or a
 # workload never edits this file.
@@ -14,6 +15,10 @@ ifeq ($(SANITIZE),1)
 BUILD    ?= build-san
 OPT      := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDSAN    := -fsanitize=address,undefined
+else ifeq ($(TSAN),1)
+BUILD    ?= build-tsan
+OPT      := -O1 -fsanitize=thread -fno-omit-frame-pointer
+LDSAN    := -fsanitize=thread
 else
 BUILD    ?= build
 OPT      := -O2
@@ -89,7 +94,7 @@ endif
 endif
 
 test: all
-	$(VENV_PY) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize)
+	$(VENV_PY) tests/run.py --build $(BUILD) $(if $(filter 1,$(SANITIZE)),--sanitize) $(TEST_ARGS)
 
 bench: all
 	$(VENV_PY) bench/run_default.py --build $(BUILD)
@@ -111,4 +116,4 @@ install: all
 	    > $(DESTDIR)$(PREFIX)/lib/cmake/slabkit/slabkitConfigVersion.cmake
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan

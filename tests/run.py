@@ -126,6 +126,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", help="regular expression on tier/name")
     ap.add_argument("--no-pytest", action="store_true")
+    ap.add_argument("--timeout-scale", type=float, default=1.0,
+                    help="multiply every test's time limit (slow builds: ThreadSanitizer)")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
 
@@ -134,6 +136,7 @@ def main():
     for label, why in skips:
         print(f"SKIP {label}: {why}", flush=True)
     skipped = len(skips)
+    todo = [(label, argv, env, timeout * args.timeout_scale) for label, argv, env, timeout in todo]
     with cf.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for label, ok, detail, secs in pool.map(run_case, todo):
             if ok:

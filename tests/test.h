@@ -27,11 +27,27 @@
 
 static int test_checks, test_failures;
 
+static inline int test_done(void)
+{
+    printf("%d passed, %d failed\n", test_checks - test_failures, test_failures);
+    fflush(stdout);
+    return test_failures ? 1 : 0;
+}
+
+/* Counts a check (atomically: stress tests check from several threads at
+ * once) and starts the report of a failed one. */
+static inline bool test_check(bool ok, const char *file, int line, const char *expr)
+{
+    __atomic_fetch_add(&test_checks, 1, __ATOMIC_RELAXED);
+    if (!ok) {
+        __atomic_fetch_add(&test_failures, 1, __ATOMIC_RELAXED);
+        fprintf(stderr, "%s:%d: CHECK(%s) failed: ", file, line, expr);
+    }
+    return ok;
+}
+
 #define CHECK(cond, ...) do {                                              \
-    test_checks++;                                                         \
-    if (!(cond)) {                                                         \
-        test_failures++;                                                   \
-        fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+    if (!test_check(!!(cond), __FILE__, __LINE__, #cond)) {                \
         fprintf(stderr, "" __VA_ARGS__);                                   \
         fputc('\n', stderr);                                               \
     }                                                                      \
@@ -39,17 +55,13 @@ static int test_checks, test_failures;
 
 /* Stops the test at once (for checks later ones depend on). */
 #define REQUIRE(cond, ...) do {                                            \
-    int require_before_ = test_failures;   /* cond is evaluated once */    \
-    CHECK(cond, __VA_ARGS__);                                              \
-    if (test_failures != require_before_) { test_done(); exit(1); }        \
+    if (!test_check(!!(cond), __FILE__, __LINE__, #cond)) {                \
+        fprintf(stderr, "" __VA_ARGS__);                                   \
+        fputc('\n', stderr);                                               \
+        test_done();                                                       \
+        exit(1);                                                           \
+    }                                                                      \
 } while (0)
-
-static inline int test_done(void)
-{
-    printf("%d passed, %d failed\n", test_checks - test_failures, test_failures);
-    fflush(stdout);
-    return test_failures ? 1 : 0;
-}
 
 /* Deterministic xorshift64* for reproducible random sequences. */
 static inline uint64_t test_rand(uint64_t *s)

@@ -28,6 +28,44 @@
  * stable. */
 #define SK_FASTPATH  __attribute__((aligned(64)))
 
+/* Fast-path loads of words other threads store atomically.  On x86-64 a
+ * C11 atomic load is the same mov as a plain one, but GCC computes an
+ * indexed address into a register first, or stops folding the load into a
+ * compare: one instruction more on malloc and free.  So fast paths load
+ * plainly, as the kernel's READ_ONCE does, and builds with ThreadSanitizer
+ * (gcc or clang) load atomically, so TSan models the accesses:
+ *   SK_LOAD_DEP   a pointer published with a release store (a cache in a
+ *                 size-class table, a region map entry); what is read
+ *                 through it is ordered by the address dependency;
+ *   SK_LOAD_RACY  a word read without the lock that guards it, whose value
+ *                 is rechecked under the lock whenever it matters. */
+#if defined(__SANITIZE_THREAD__)
+#define SK_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SK_TSAN 1
+#endif
+#endif
+#ifdef SK_TSAN
+#define SK_LOAD_DEP(p)  __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define SK_LOAD_RACY(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#else
+#define SK_LOAD_DEP(p)  (*(p))
+#define SK_LOAD_RACY(p) (*(p))
+#endif
+
+/* A function whose reads of other threads' state race on purpose, and why
+ * that is benign is written where it is used (statistics summing other
+ * threads' fast-path counters; the buddy's test of a neighbour's head
+ * descriptor).  ThreadSanitizer does not instrument it: a suppression would
+ * have to match the racing thread's stack, which TSan's history often
+ * loses.  (The only exemptions from the TSan run; tests/tsan.supp says so.) */
+#ifdef SK_TSAN
+#define SK_RACY_READS __attribute__((noinline, no_sanitize("thread")))
+#else
+#define SK_RACY_READS
+#endif
+
 #define ALIGN_UP(x, a)   (((x) + ((a) - 1)) & ~((uintptr_t)(a) - 1))
 #define ALIGN_DOWN(x, a) ((x) & ~((uintptr_t)(a) - 1))
 #define IS_POW2(x)       ((x) != 0 && ((x) & ((x) - 1)) == 0)

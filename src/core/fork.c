@@ -31,9 +31,8 @@ static void child(void)
 void fork_hooks_install(void)
 {
     static int done;
-    if (done)
-        return;
-    done = 1;
+    if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        return;                          /* once: two sets of handlers would take every lock twice */
     if (pthread_atfork(prepare, parent, child) != 0)
         sk_warn("pthread_atfork failed: a fork in a multi-threaded program may deadlock");
 }

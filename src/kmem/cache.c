@@ -195,6 +195,8 @@ static void cache_page_tick(uint64_t now)
         sk_design.tick(now);
 }
 
+static size_t reclaim_for_pages(void);
+
 void cache_init(void)
 {
     static int state;      /* 0 never, 1 in progress, 2 done */
@@ -225,7 +227,7 @@ void cache_init(void)
         sk_design.alloc_hot = cache_alloc_hot_shim;
     if (sk_opt.prof.interval)
         prof_install();                /* wraps the finished table (SLABKIT_PROF) */
-    page_set_reclaim_hook(cache_reap_all_urgent);
+    page_set_reclaim_hook(reclaim_for_pages);
     page_set_tick_hook(cache_page_tick);
     fork_hooks_install();
     if (sk_opt.stats)
@@ -380,7 +382,7 @@ void cache_thread_exit(struct sk_thread *t)
 SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags)
 {
     if (flags & KM_MALLOC) {
-        cache_reap_all();
+        cache_reap_all_urgent();
         void *p = sk_design.alloc(cp, KM_NOSLEEP);
         if (!p) {
             __atomic_fetch_add(&cp->failures, 1, __ATOMIC_RELAXED);
@@ -435,7 +437,7 @@ SK_API SK_FASTPATH void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
 
 /* Fast path: the page's owner entry (its address from buf's, beside the
  * region_map check) and a compare, then a tail call to the design.  NULL
- * (region_map[0] is never a region), SLOB pages and bad pointers all take
+ * (slot 0 of the region map is never a region), SLOB pages and bad pointers all take
  * the slow path below. */
 SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf);
 
@@ -488,8 +490,10 @@ static void *large_alloc(size_t size, size_t align, int flags)
     size_t npages = ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT;
     if (npages < (size >> PAGE_SHIFT))      /* overflow */
         return NULL;
-    /* An exact block of n pages is aligned to its covering power of two;
-     * a larger alignment asks for a block that big. */
+    /* An exact block is aligned to its covering power of two (its tail goes
+     * back free); when memory is accounted tightly (page_tight) a plain block
+     * is a run of exactly its pages instead.  A larger alignment asks for a
+     * block as big as the alignment. */
     size_t min_pages = align > PAGE_SIZE ? align >> PAGE_SHIFT : 1;
     size_t take = npages > min_pages ? npages : min_pages;
     if (take > ((size_t)1 << MAX_ORDER)) {
@@ -501,14 +505,15 @@ static void *large_alloc(size_t size, size_t align, int flags)
         return p;
     }
     /* Plain requests go by size class through the cache of freed blocks
-     * (large.c); a larger alignment needs the page layer's placement. */
-    if (align <= PAGE_SIZE && !debug_on) {
+     * (large.c); a larger alignment needs the page layer's placement, and
+     * tight accounting the exact run (a class would round it up). */
+    if (align <= PAGE_SIZE && !debug_on && !page_tight()) {
         take = large_pages_round(take);
         void *cached = large_cache_take(take);
         if (cached)
             return cached;
     }
-    void *p = page_alloc_exact(take, flags);
+    void *p = align <= PAGE_SIZE && page_tight() ? page_alloc_run(take, flags) : page_alloc_exact(take, flags);
     if (!p)
         return NULL;
     struct page_desc *d = page_desc_of(p);
@@ -731,28 +736,60 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size)
 
 /* --- Reclaim ------------------------------------------------------------- */
 
-size_t cache_reap_all(void)
+/* Every cache, the large blocks and the page layer; bytes released.  own:
+ * the calling thread's own per-cache state goes too (it must be in no
+ * design's path then: the next allocation makes its state again; other
+ * threads' states are theirs to touch). */
+static size_t reap_all(bool own)
 {
     size_t bytes = 0;
+    bool urgent = __atomic_load_n(&cache_reap_urgent, __ATOMIC_RELAXED) != 0;
+    struct sk_thread *self = sk_self;
+    uint64_t returned = page_returned_pages();
     if (debug_on)
         debug_reap();                  /* quarantined buffers first: they go back to their caches */
     lock_acquire(&cache_list_lock);
-    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
+    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next) {
+        if (own && self->state == THREAD_LIVE)
+            cache_flush_slot(cp, self);
         if (sk_design.reap)
             bytes += sk_design.reap(cp);
+    }
     lock_release(&cache_list_lock);
-    bytes += large_cache_flush(__atomic_load_n(&cache_reap_urgent, __ATOMIC_RELAXED) != 0);
-    return bytes + page_reap();
+    bytes += large_cache_flush(urgent);
+    page_reap();
+    /* What went back to the OS during the walk too (a page-layer purge that
+     * frees made on the way), not only in page_reap's own pass. */
+    return bytes + ((page_returned_pages() - returned) << PAGE_SHIFT);
+}
+
+size_t cache_reap_all(void)
+{
+    return reap_all(false);
 }
 
 int cache_reap_urgent;
 
-size_t cache_reap_all_urgent(void)
+static size_t reap_urgent(bool own)
 {
     __atomic_fetch_add(&cache_reap_urgent, 1, __ATOMIC_RELAXED);
-    size_t bytes = cache_reap_all();
+    size_t bytes = reap_all(own);
     __atomic_fetch_sub(&cache_reap_urgent, 1, __ATOMIC_RELAXED);
     return bytes;
+}
+
+size_t cache_reap_all_urgent(void)
+{
+    return reap_urgent(true);
+}
+
+/* The page layer's reclaim hook: as urgent, but the caller's own state
+ * stays -- the page layer is called from inside a design's slow path,
+ * which holds that state (the fault-injection test found a slab refill
+ * whose state was freed under it). */
+static size_t reclaim_for_pages(void)
+{
+    return reap_urgent(false);
 }
 
 SK_API size_t kmem_reap(void)

@@ -203,9 +203,9 @@ extern struct kmem_cache *kmalloc_cache_live[KMALLOC_CLASSES] __attribute__((vis
 SK_INLINE struct kmem_cache *kmalloc_cache_fast(size_t size)
 {
     if (likely(size <= 1024))
-        return kmalloc_cache_small[(size + 7) >> 3];
+        return SK_LOAD_DEP(&kmalloc_cache_small[(size + 7) >> 3]);
     if (size <= KMALLOC_MAX)
-        return kmalloc_cache_live[kmalloc_index_mid[(size + KMALLOC_MID_STEP - 1) >> KMALLOC_MID_SHIFT]];
+        return SK_LOAD_DEP(&kmalloc_cache_live[kmalloc_index_mid[(size + KMALLOC_MID_STEP - 1) >> KMALLOC_MID_SHIFT]]);
     return NULL;
 }
 
@@ -298,10 +298,12 @@ SK_INLINE void cache_own_free(void *p, size_t size) { cache_internal_free(p, ALI
 
 /* Reap every cache and then the page layer; bytes released. */
 size_t cache_reap_all(void);
-/* The same when memory is short (KM_SLEEP retry, the page layer's reclaim
- * hook): cache_reap_urgent is > 0 meanwhile, and designs that keep a working
- * set (SLAB's depot) give back everything free instead.  kmem_reap() is the
- * gentle form. */
+/* The same when memory is short (a malloc or KM_SLEEP retry, malloc_trim):
+ * cache_reap_urgent is > 0 meanwhile, designs that keep a working set
+ * (SLAB's depot) give back everything free instead, and so does the
+ * calling thread's own per-cache state (so never call it from inside a
+ * design's path; the page layer's reclaim hook keeps that state).
+ * kmem_reap() is the gentle form. */
 extern int cache_reap_urgent;
 size_t cache_reap_all_urgent(void);
 

@@ -37,13 +37,13 @@
 #include <execinfo.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include "cache.h"
 #include "debug.h"
 #include "../core/options.h"
 #include "../core/report.h"
 #include "../core/self.h"
+#include "../os/os.h"
 
 bool debug_on;
 
@@ -453,8 +453,11 @@ static void quarantine_push(struct kmem_cache *cp, void *p, size_t extent)
 }
 
 /* Memory is wanted back (kmem_reap, KM_SLEEP retry): empty the quarantine. */
+static void unguard_retry(void);
+
 void debug_reap(void)
 {
+    unguard_retry();
     for (;;) {
         struct quarantined q;
         lock_acquire(&quarantine_lock);
@@ -533,7 +536,7 @@ static void *guarded_alloc(size_t size, size_t align, int flags)
         head[i].head = head;
     }
     char *guard = (char *)base + (data_pages << PAGE_SHIFT);
-    if (mprotect(guard, PAGE_SIZE, PROT_NONE) != 0)
+    if (!os_protect(guard, PAGE_SIZE, OS_NONE))
         sk_warn("guard page at %p: mprotect failed; the block has no guard", (void *)guard);
     size_t a = align > 16 ? align : 16;
     char *user = (char *)ALIGN_DOWN((uintptr_t)guard - size, a);
@@ -555,17 +558,54 @@ static struct page_desc *guarded_head(const void *p)
     return d && d->kind == PAGE_GUARDED && d->priv[2] == (uintptr_t)p ? d : NULL;
 }
 
+/* Freed guarded blocks whose guard page the OS would not make writable
+ * again: a frame that stays PROT_NONE must never be handed out, so they
+ * wait here (linked through priv[2]) and go back at the next guarded free
+ * or reap that can restore them. */
+static struct sk_lock unguard_lock = SK_LOCK_INIT;
+static struct page_desc *unguard_pending;
+
+/* Makes the block's guard page writable and frees the block; false (and
+ * the block kept pending) if the OS refuses. */
+static bool unguard_and_free(struct page_desc *d)
+{
+    size_t npages = d->priv[0];
+    char *base = page_address(d);
+    if (!os_protect(base + ((npages - 1) << PAGE_SHIFT), PAGE_SIZE, OS_RW)) {
+        lock_acquire(&unguard_lock);
+        d->priv[2] = (uintptr_t)unguard_pending;
+        unguard_pending = d;
+        lock_release(&unguard_lock);
+        return false;
+    }
+    d->kind = PAGE_USED;
+    page_free_exact(base, npages);
+    return true;
+}
+
+/* The pending blocks, retried (until one is refused again). */
+static void unguard_retry(void)
+{
+    for (;;) {
+        lock_acquire(&unguard_lock);
+        struct page_desc *d = unguard_pending;
+        if (d)
+            unguard_pending = (struct page_desc *)d->priv[2];
+        lock_release(&unguard_lock);
+        if (!d || !unguard_and_free(d))
+            return;
+    }
+}
+
 bool debug_guarded_free(void *p)
 {
     struct page_desc *d = guarded_head(p);
     if (!d)
         return false;
-    size_t npages = d->priv[0];
-    char *base = page_address(d);
-    mprotect(base + ((npages - 1) << PAGE_SHIFT), PAGE_SIZE, PROT_READ | PROT_WRITE);
     record(NULL, p, d->priv[1], false);
-    d->kind = PAGE_USED;
-    page_free_exact(base, npages);
+    d->priv[2] = 0;                      /* no longer a live user pointer: a second free is reported */
+    if (unguard_and_free(d))
+        unguard_retry();
     return true;
 }
 
@@ -839,6 +879,7 @@ void debug_install(void)
 
 void debug_fork_prepare(void)
 {
+    lock_acquire(&unguard_lock);
     lock_acquire(&quarantine_lock);
     lock_acquire(&ring_lock);
     for (int s = 0; s < AUDIT_STRIPES; s++)
@@ -851,6 +892,7 @@ void debug_fork_parent(void)
         lock_release(&stripes[s].lock);
     lock_release(&ring_lock);
     lock_release(&quarantine_lock);
+    lock_release(&unguard_lock);
 }
 
 void debug_fork_child(void)
@@ -860,4 +902,5 @@ void debug_fork_child(void)
         lock_reset(&stripes[s].lock);
     lock_reset(&ring_lock);
     lock_reset(&quarantine_lock);
+    lock_reset(&unguard_lock);
 }

@@ -76,7 +76,7 @@ static void bin_push(size_t n, struct page_desc *d)
     d->priv[1] = (uintptr_t)large_bins[n];
     large_bins[n] = d;
     large_full_bins[n / 64] |= 1ull << (n % 64);
-    large_cached_pages += n;
+    __atomic_store_n(&large_cached_pages, large_cached_pages + n, __ATOMIC_RELAXED);   /* peeked without the lock */
 }
 
 static struct page_desc *bin_pop(size_t n)
@@ -86,7 +86,7 @@ static struct page_desc *bin_pop(size_t n)
         large_bins[n] = (struct page_desc *)d->priv[1];
         if (!large_bins[n])
             large_full_bins[n / 64] &= ~(1ull << (n % 64));
-        large_cached_pages -= n;
+        __atomic_store_n(&large_cached_pages, large_cached_pages - n, __ATOMIC_RELAXED);
     }
     return d;
 }
@@ -154,7 +154,7 @@ static void large_age(uint64_t now)
     if (now - __atomic_load_n(&large_last_scan_ms, __ATOMIC_RELAXED) < delay / 2 + 1)
         return;
     lock_acquire(&large_lock);
-    large_last_scan_ms = now;
+    __atomic_store_n(&large_last_scan_ms, now, __ATOMIC_RELAXED);
     struct page_desc *old = large_detach_old(now >= delay ? now - delay : 0);
     lock_release(&large_lock);
     large_release(old);

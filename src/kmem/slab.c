@@ -368,7 +368,7 @@ SK_NOINLINE static void hash_rescale(struct kmem_cache *cp, struct slab_cache *s
     lock_acquire(&sc->lock);
     struct bufctl **old = sc->hash;
     size_t oldsize = sc->hash_size;
-    sc->hash = nt;
+    __atomic_store_n(&sc->hash, nt, __ATOMIC_RELEASE);   /* slab_create peeks it */
     sc->hash_size = want;
     for (size_t i = 0; i < oldsize; i++) {
         struct bufctl *bc = old[i];
@@ -401,7 +401,7 @@ SK_NOINLINE static bool hash_install(struct slab_cache *sc)
     lock_acquire(&sc->lock);
     bool raced = sc->hash != NULL;         /* another thread's first slab */
     if (!raced)
-        sc->hash = t;
+        __atomic_store_n(&sc->hash, t, __ATOMIC_RELEASE);
     lock_release(&sc->lock);
     if (raced)
         cache_internal_free(t, HASH_MIN * sizeof *t);
@@ -520,6 +520,14 @@ SK_INLINE void list_insert_before(struct slab *pos, struct slab *sp)
     pos->prev = sp;
 }
 
+/* The count of free slabs is peeked by other caches' idle walks
+ * (depot_evict_idle) without sc->lock: it changes with atomic stores,
+ * the lock held. */
+SK_INLINE void free_slabs_add(struct slab_cache *sc, int64_t n)
+{
+    __atomic_store_n(&sc->nfree_slabs, sc->nfree_slabs + (uint64_t)n, __ATOMIC_RELAXED);
+}
+
 /* A new (free) slab joins at the tail. */
 static void slab_add(struct slab_cache *sc, struct slab *sp)
 {
@@ -527,7 +535,7 @@ static void slab_add(struct slab_cache *sc, struct slab *sp)
     if (sc->freelist == &sc->list)
         sc->freelist = sp;
     sc->nslabs++;
-    sc->nfree_slabs++;
+    free_slabs_add(sc, 1);
 }
 
 /* One buffer from the first slab with room, or NULL. */
@@ -556,7 +564,7 @@ SK_INLINE void *slab_take(struct kmem_cache *cp, struct slab_cache *sc)
         sc->hash_count++;
     }
     if (sp->inuse++ == 0)
-        sc->nfree_slabs--;
+        free_slabs_add(sc, -1);
     if (!sp->free && !sp->carve)   /* now full: it stays put, at the end of the full run */
         sc->freelist = sp->next;
     sc->inuse++;
@@ -600,7 +608,7 @@ static void slab_put(struct kmem_cache *cp, struct slab_cache *sc, void *buf)
     sc->inuse--;
     if (--sp->inuse == 0) {
         /* Completely free: to the tail, behind every partial slab (Bonwick 3.4). */
-        sc->nfree_slabs++;
+        free_slabs_add(sc, 1);
         if (sc->freelist == sp)
             sc->freelist = sp->next;
         list_unlink(sp);
@@ -833,7 +841,8 @@ static struct magazine *maglist_pop(struct maglist *l)
     struct magazine *m = l->head;
     if (m) {
         l->head = m->next;
-        if (--l->total < l->min)
+        __atomic_store_n(&l->total, l->total - 1, __ATOMIC_RELAXED);   /* peeked by idle walks */
+        if (l->total < l->min)
             l->min = l->total;
         maglist_count(l, m, -1);
     }
@@ -844,7 +853,7 @@ static void maglist_push(struct maglist *l, struct magazine *m)
 {
     m->next = l->head;
     l->head = m;
-    l->total++;
+    __atomic_store_n(&l->total, l->total + 1, __ATOMIC_RELAXED);
     maglist_count(l, m, +1);
 }
 
@@ -889,7 +898,7 @@ static struct slab_cpu *cpu_get(struct kmem_cache *cp)
     cpu->hot = cache_cpu_hot(cp, &cpu->own_hot);
     cpu->previous = &mag_none;
     cpu_load(cpu, &mag_none);
-    *slot = cpu;
+    __atomic_store_n(slot, cpu, __ATOMIC_RELEASE);   /* slab_stats reads it from other threads */
     return cpu;
 }
 
@@ -1299,7 +1308,7 @@ static size_t slabs_release(struct kmem_cache *cp, struct slab_cache *sc, uint64
             sc->freelist = sp->next;
         list_unlink(sp);
         sc->nslabs--;
-        sc->nfree_slabs--;
+        free_slabs_add(sc, -1);
         sp->next = victims;
         victims = sp;
     }
@@ -1462,7 +1471,7 @@ static void slab_page_tick(uint64_t now)
 
 /* --- Threads, statistics, fork ---------------------------------------------- */
 
-static uint64_t mag_count(const struct magazine *m)
+SK_RACY_READS static uint64_t mag_count(const struct magazine *m)   /* slab_stats: another thread's rounds */
 {
     uint32_t r = __atomic_load_n(&m->rounds, __ATOMIC_RELAXED);
     return r <= m->cap ? r : 0;
@@ -1492,7 +1501,7 @@ static void slab_thread_exit(struct kmem_cache *cp, void *arg)
     cache_own_free(cpu, sizeof *cpu);
 }
 
-static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+SK_RACY_READS static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
 {
     struct slab_cache *sc = SC(cp);
     uint64_t cached = 0, allocs = 0, frees = 0;
@@ -1502,7 +1511,7 @@ static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
     lock_acquire(&thread_list_lock);
     for (struct sk_thread *t = thread_list; t; t = t->next) {
         void **slot = thread_cpu_peek(t, cp->id);
-        struct slab_cpu *cpu = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : NULL;
+        struct slab_cpu *cpu = slot ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : NULL;
         if (!thread_cpu_present(cpu))
             continue;
         void **top = __atomic_load_n(&cpu->hot->top, __ATOMIC_RELAXED), **base = __atomic_load_n(&cpu->hot->base, __ATOMIC_RELAXED);

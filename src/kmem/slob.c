@@ -399,8 +399,10 @@ static void *slob_kmalloc(size_t size, size_t align, int flags)
         size = 1;                        /* Linux returns ZERO_SIZE_PTR; malloc wants a unique pointer */
     if (align < SLOB_HDR)
         align = SLOB_HDR;
-    if (IS_POW2(size) && size > align)
-        align = size;                    /* natural alignment of power-of-two sizes (Linux >= 5.4) */
+    if (IS_POW2(size) && size > align && size <= (PAGE_SIZE << MAX_ORDER))
+        align = size;                    /* natural alignment of power-of-two sizes (Linux >= 5.4), up
+                                          * to the page layer's blocks: a huge mapping would give it
+                                          * up in address space (8 MiB cost 16) */
     if (size >= PAGE_SIZE - SLOB_HDR || !slob_fits_page(size + SLOB_HDR, align, SLOB_HDR))
         return cache_large_alloc(size, align, flags);
     char *m = slob_alloc(size + SLOB_HDR, align, SLOB_HDR, flags);

@@ -183,7 +183,7 @@ static void slab_link(struct page_desc **headp, struct page_desc *s)
     s->priv[SLAB_PREV] = 0;
     if (h)
         h->priv[SLAB_PREV] = (uintptr_t)s;
-    *headp = s;
+    __atomic_store_n(headp, s, __ATOMIC_RELAXED);   /* node_adopt peeks the node's list */
 }
 
 static void slab_unlink(struct page_desc **headp, struct page_desc *s)
@@ -193,7 +193,7 @@ static void slab_unlink(struct page_desc **headp, struct page_desc *s)
     if (prev)
         prev->priv[SLAB_NEXT] = (uintptr_t)next;
     else
-        *headp = next;
+        __atomic_store_n(headp, next, __ATOMIC_RELAXED);
     if (next)
         next->priv[SLAB_PREV] = (uintptr_t)prev;
 }
@@ -747,7 +747,7 @@ SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struc
     if (unlikely(HARDENED && (idx * c->bsize != off || idx >= c->objs)))
         bad_pointer(cp, obj);
     struct page_desc *s = page_desc_at(base);
-    if (likely((struct slqb_list *)s->priv[SLAB_OWNER] == h->list)) {
+    if (likely((struct slqb_list *)SK_LOAD_RACY(&s->priv[SLAB_OWNER]) == h->list)) {   /* invariant b */
         lifo_push(cp, h, obj);
         return;
     }
@@ -940,7 +940,8 @@ static void slqb_cache_fini(struct kmem_cache *cp)
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
-static void slqb_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+/* Racy sums of other threads' list counters (section 6 above). */
+SK_RACY_READS static void slqb_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
 {
     struct slqb_cache *c = slqb(cp);
     uint64_t allocs = LOAD(c->shared_allocs), frees = LOAD(c->shared_frees), cached = 0;

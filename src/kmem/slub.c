@@ -288,7 +288,7 @@ static void add_partial(struct slub_cache *sc, struct page_desc *d)
     else
         sc->partial_head = d;
     sc->partial_tail = d;
-    sc->nr_partial++;
+    __atomic_store_n(&sc->nr_partial, sc->nr_partial + 1, __ATOMIC_RELAXED);   /* get_partial peeks it */
 }
 
 static void remove_partial(struct slub_cache *sc, struct page_desc *d)
@@ -303,7 +303,7 @@ static void remove_partial(struct slub_cache *sc, struct page_desc *d)
     else
         sc->partial_tail = s->prev;
     s->next = s->prev = NULL;
-    sc->nr_partial--;
+    __atomic_store_n(&sc->nr_partial, sc->nr_partial - 1, __ATOMIC_RELAXED);
 }
 
 /* --- Freezing and unfreezing ----------------------------------------------- */
@@ -1133,7 +1133,10 @@ static void slub_page_tick(uint64_t now)
 
 /* Exact once every other thread has exited (their counters are folded);
  * a live thread's counters are read without synchronisation. */
-static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+/* Other threads' counters are read while they run (their fast paths keep
+ * them with plain stores): any value read is one they held, and the sums
+ * are exact once the threads have exited. */
+SK_RACY_READS static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
 {
     struct slub_cache *sc = cache_priv(cp);
     uint64_t allocs = __atomic_load_n(&sc->allocs, __ATOMIC_RELAXED);

@@ -12,7 +12,8 @@
  * REALLOC_PAGES to a page block early, so it can grow in place from there.
  *
  * Failure: every NULL comes with errno = ENOMEM (EINVAL for bad alignments),
- * after one reap of every cache and the page layer and one retry.
+ * after one urgent reap (everything free goes back, the calling thread's own
+ * caches too) and one retry.
  * No lock of its own: the layers below are thread-safe. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ struct malloc_class malloc_small[(MALLOC_SMALL_MAX >> 4) + 1];
 SK_INLINE struct kmem_cache *class_of(size_t size)
 {
     if (size <= MALLOC_SMALL_MAX) {
-        struct kmem_cache *cp = __atomic_load_n(&malloc_small[(size + 15) >> 4].cache, __ATOMIC_ACQUIRE);
+        struct kmem_cache *cp = SK_LOAD_DEP(&malloc_small[(size + 15) >> 4].cache);
         return cp ? cp : malloc_small_fill(size);
     }
     if (size <= MALLOC_MID_MAX)
@@ -66,7 +67,7 @@ SK_NOINLINE void *malloc_slow(size_t size)
     if (unlikely(!p)) {
         if (size > REAP_WORTHY)
             return nomem();
-        cache_reap_all();
+        cache_reap_all_urgent();
         p = alloc_once(size);
         if (!p)
             return nomem();
@@ -87,7 +88,7 @@ void *malloc_aligned(size_t align, size_t size)
     if (unlikely(!p)) {
         if (size > REAP_WORTHY || align > REAP_WORTHY)
             return nomem();
-        cache_reap_all();
+        cache_reap_all_urgent();
         p = cache_kmalloc(size, align, KM_NOSLEEP);
         if (!p)
             return nomem();
@@ -152,13 +153,15 @@ size_t malloc_usable(const void *p)
  * (the page layer hands out exact blocks by trimming the covering power of
  * two, so this only skips the trim), beyond that half as much again.  The
  * extra pages are never touched until the buffer grows into them, so they
- * cost address space, not resident memory.  With in-place growth this
- * matters less, but a block whose neighbours are soon taken by small
- * allocations (the iBuddy hands out the lowest free frames) would otherwise
- * move at every step: with the room it moves O(log n) times at worst. */
+ * cost address space, not resident memory -- except under an address-space
+ * limit, which counts them: there the block moves to its exact size.  With
+ * in-place growth this matters less, but a block whose neighbours are soon
+ * taken by small allocations (the iBuddy hands out the lowest free frames)
+ * would otherwise move at every step: with the room it moves O(log n)
+ * times at worst. */
 static size_t grow_target(size_t size)
 {
-    if (size <= MALLOC_MID_MAX)
+    if (size <= MALLOC_MID_MAX || page_tight())
         return size;
     if (size <= (PAGE_SIZE << MAX_ORDER))
         return PAGE_SIZE << order_for_pages(ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT);
@@ -251,7 +254,7 @@ SK_NOINLINE static void *realloc_slow(void *p, size_t size)
  * block: the descriptor gives the usable size of a slab object or a page
  * block at once (what malloc_usable and cache_ksize would find through two
  * calls).  Anything else, and every size change that does not stay in
- * place, is realloc_slow.  NULL p has no descriptor (region_map[0] is 0). */
+ * place, is realloc_slow.  NULL p has no descriptor (slot 0 of the region map is never a region). */
 SK_FASTPATH void *malloc_realloc(void *p, size_t size)
 {
     struct page_desc *d;

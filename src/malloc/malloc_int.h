@@ -93,7 +93,7 @@ SK_INLINE void *malloc_fast(size_t size)
 {
     if (likely(size <= MALLOC_SMALL_MAX)) {
         const struct malloc_class *mc = &malloc_small[(size + 15) >> 4];
-        struct kmem_cache *cp = __atomic_load_n(&mc->cache, __ATOMIC_ACQUIRE);
+        struct kmem_cache *cp = SK_LOAD_DEP(&mc->cache);
         if (likely(cp != NULL))
             return sk_design.alloc_hot(cp, (char *)sk_self + mc->cpu_off, KM_NOSLEEP | KM_MALLOC);
     } else if (size <= MALLOC_MID_MAX) {   /* 1..32 KiB: the kmem layer's class index, then the cache */

@@ -1,7 +1,9 @@
 /* os.h — every system call the page layer makes, and nothing else: address
- * space reservation (aligned mmap), resizing (mremap), release, purging (madvise), the coarse
- * clock and the CPU count.  All return failure instead of aborting: running
- * out of memory is the caller's decision (KM_NOSLEEP returns NULL). */
+ * space placement (aligned mappings), commitment (mprotect, fixed mappings),
+ * resizing (mremap), release, purging (madvise), the address-space limit,
+ * the coarse clock and the CPU count.  All return failure instead of
+ * aborting: running out of memory is the caller's decision (KM_NOSLEEP
+ * returns NULL). */
 #ifndef SK_OS_H
 #define SK_OS_H
 
@@ -11,23 +13,39 @@
  * are larger than the 4 KiB frames (madvise could not work per frame). */
 void os_init(void);
 
-/* A mapping of size bytes aligned to align (a power of two >= the OS page),
- * read-write, zero-filled; NULL if the OS refuses.  noreserve: reserve address
- * space only (MAP_NORESERVE), committed as it is touched. */
-void *os_map_aligned(size_t size, size_t align, bool noreserve);
+/* What a mapping may be used for.  Every mapping is MAP_NORESERVE except
+ * OS_CHARGED ones: under the default overcommit modes a page is charged to
+ * the process when it is made writable, not when it is reserved. */
+enum os_prot {
+    OS_NONE,        /* address space only: PROT_NONE, never charged */
+    OS_READ,        /* reads as zeros: PROT_READ, never charged */
+    OS_RW,          /* read-write, zero-filled */
+    OS_RW_CHARGED,  /* read-write, charged at once (huge blocks, as glibc's mmapped chunks) */
+};
+
+/* A mapping of size bytes at an address aligned to align (a power of two >=
+ * the OS page); NULL if the OS refuses.  Placed where the kernel would put
+ * it when that is aligned, else at the aligned address below inside the
+ * same gap, else by mapping size + align and trimming both ends: the extra
+ * address space is only held for the moment of the call, and when even that
+ * is refused (an address-space limit) the aligned slots below are tried. */
+void *os_place(size_t size, size_t align, enum os_prot prot);
+
+/* The same for a mapping that will grow upwards in place (MAP_FIXED_NOREPLACE
+ * after its end): the aligned slot below the one the kernel would use, so
+ * that the kernel's next mappings, placed top-down in the highest gap, fill
+ * the space above that slot before they reach the room it grows into; when
+ * the slots below are taken, an aligned place with a slot of room after it. */
+void *os_place_growable(size_t size, size_t align, enum os_prot prot);
+
+/* A mapping exactly at addr (MAP_FIXED_NOREPLACE), or NULL when something is
+ * mapped there already or the OS refuses. */
+void *os_map_at(void *addr, size_t size, enum os_prot prot);
+
+/* Changes the protection of [p, p+size) (mprotect); false if refused. */
+bool os_protect(void *p, size_t size, enum os_prot prot);
+
 void os_unmap(void *p, size_t size);
-
-/* Address space only: an aligned PROT_NONE, MAP_NORESERVE mapping (nothing
- * committed), to be replaced by os_remap(..., fixed); NULL if refused. */
-void *os_reserve_aligned(size_t size, size_t align);
-
-/* Makes [p, p+size), part of a reservation of ours, read-write (mprotect);
- * false if the OS refuses (overcommit limits). */
-bool os_commit(void *p, size_t size);
-
-/* Address space only at exactly [p, p+size) (PROT_NONE, MAP_FIXED_NOREPLACE):
- * false, nothing mapped, if any of it is taken. */
-bool os_reserve_at(void *p, size_t size);
 
 /* mremap: resizes the mapping [p, p+old_size) to new_size.  fixed == NULL:
  * in place only (fails if the address space after it is taken); otherwise
@@ -39,6 +57,29 @@ void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed);
 /* Give the memory behind [p, p+size) back: MADV_DONTNEED (RSS drops now) or
  * MADV_FREE (the kernel takes it when it needs it).  dontneed selects which. */
 bool os_purge(void *p, size_t size, bool dontneed);
+
+/* True when the process has an address-space limit (RLIMIT_AS, `ulimit -v`):
+ * every reservation then counts against what the program can use. */
+bool os_as_limited(void);
+
+/* Fault injection, in test builds only (-DSK_FAULT_INJECT: tests/fault.mk
+ * builds a core archive of its own for tests/unit/test_fault.c; the
+ * library and every other program are built without it, and there the hook
+ * does not exist).  When set, the hook is asked before every request for
+ * memory: each system call above that maps, protects, remaps or purges, and
+ * every attempt of the page layer to hand out frames (its lazy lists
+ * included); true makes that request fail as if the OS had refused it. */
+enum os_fault_site { FAULT_MAP, FAULT_PROTECT, FAULT_REMAP, FAULT_PURGE, FAULT_PAGES };
+#ifdef SK_FAULT_INJECT
+extern bool (*os_fault_hook)(enum os_fault_site site);
+#define OS_FAULT(site) (unlikely(os_fault_hook != NULL) && os_fault_hook(site))
+#else
+#define OS_FAULT(site) false
+#endif
+
+/* True when the host charges every writable private page against a fixed
+ * commit limit (vm.overcommit_memory = 2); read once. */
+bool os_commit_strict(void);
 
 /* Milliseconds from CLOCK_MONOTONIC_COARSE: a vDSO read, ~10 ms resolution. */
 uint64_t os_now_ms(void);

@@ -16,7 +16,8 @@
  * off its list and gives back the parts outside the range.
  *
  * Locking: zone.lock protects every list, count and descriptor of a free
- * block.  Growth drops it, creates a region under region_lock, retakes it. */
+ * block.  Growth drops it, grows the newest region or creates one under
+ * region_lock (region.c), retakes it. */
 #include "page_int.h"
 #include "../os/os.h"
 
@@ -27,6 +28,7 @@ static struct {
     uint64_t nr_free;                       /* free pages in all blocks */
     uint64_t allocs[MAX_ORDER + 1], frees[MAX_ORDER + 1];
     uint64_t splits, merges, frag_events;
+    struct region_hdr *newest;              /* the region growth extends first */
 } zone SK_ALIGNED(CACHE_LINE);
 
 /* Blocks of the largest order are kept in address order, so a split takes
@@ -98,9 +100,22 @@ static struct page_desc *rmqueue(unsigned order)
     return NULL;
 }
 
+/* Whether h heads a free block of this order.  The buddy's coalescing and
+ * range tests (zone lock held) read neighbouring head descriptors that the
+ * thread which has such a block allocated may be writing (PAGE_USED,
+ * PAGE_LAZY, PAGE_SLAB...).  Only the zone lock's holder ever writes
+ * PAGE_FREE, so whatever is read from a block in use means "not free": no
+ * merge, no claim.  Linux's buddy reads its neighbours' page flags the same
+ * way (page_is_buddy). */
+SK_RACY_READS static bool free_head(const struct page_desc *h, unsigned order)
+{
+    return h->kind == PAGE_FREE && h->order == order;
+}
+
 /* Linux __free_one_page: merge with the buddy while it is free at the same
- * order.  The result holds freshly freed memory, so it is not purged. */
-static void free_one(struct page_desc *d, unsigned order)
+ * order.  The result is purged (PD_PURGED in flags) only if every part was:
+ * freshly freed memory is not. */
+static void free_one_flags(struct page_desc *d, unsigned order, uint32_t flags)
 {
     struct page_desc *base = d - desc_index(d);
     uint32_t idx = desc_index(d);
@@ -108,9 +123,10 @@ static void free_one(struct page_desc *d, unsigned order)
     while (order < MAX_ORDER) {
         uint32_t bidx = idx ^ (1u << order);
         struct page_desc *b = base + bidx;
-        if (b->kind != PAGE_FREE || b->order != order)
+        if (!free_head(b, order))
             break;
         list_del(b, order);
+        flags &= b->flags;
         b->kind = PAGE_UNUSED;
         b->flags = 0;
         zone.merges++;
@@ -118,25 +134,48 @@ static void free_one(struct page_desc *d, unsigned order)
         order++;
     }
     d = base + idx;
-    make_free(d, order, 0, page_clock_ms);
+    make_free(d, order, flags & PD_PURGED, page_now_ms());
+}
+
+static void free_one(struct page_desc *d, unsigned order)
+{
+    free_one_flags(d, order, 0);
+}
+
+/* The order of the largest aligned block that starts at frame from and
+ * ends by to (from < to): how a range is cut into buddy blocks. */
+static unsigned piece_order(uint32_t from, uint32_t to)
+{
+    unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
+    if (o > MAX_ORDER)
+        o = MAX_ORDER;
+    while (from + (1u << o) > to)
+        o--;
+    return o;
+}
+
+/* Frames [from, to) of the region at base join the zone as aligned
+ * pieces, each merged with free neighbours.  Zone lock held. */
+static void free_frames(struct page_desc *base, uint32_t from, uint32_t to, uint32_t flags)
+{
+    while (from < to) {
+        unsigned o = piece_order(from, to);
+        free_one_flags(base + from, o, flags);
+        from += 1u << o;
+    }
 }
 
 /* Frames [from, to) go to the zone as the largest aligned blocks that fit,
  * with the given purged flag and age; returns how many blocks.  The pieces
- * need no coalescing where callers use it: a new region's frames (the first
- * blocks are smaller: frame 258 is not 1024-aligned), and the parts of a
- * block being claimed that lie outside the range (each piece's buddy
- * overlaps the claimed range or is another piece of a different order).
+ * need no coalescing where it is used: the parts of a block being claimed
+ * that lie outside the range (each piece's buddy overlaps the claimed range
+ * or is another piece of a different order).
  * Zone lock held. */
 static unsigned free_pieces(struct page_desc *base, uint32_t from, uint32_t to, uint32_t flags, uint64_t since)
 {
     unsigned pieces = 0;
     while (from < to) {
-        unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
-        if (o > MAX_ORDER)
-            o = MAX_ORDER;
-        while (from + (1u << o) > to)
-            o--;
+        unsigned o = piece_order(from, to);
         make_free(base + from, o, flags, since);
         pieces++;
         from += 1u << o;
@@ -144,18 +183,58 @@ static unsigned free_pieces(struct page_desc *base, uint32_t from, uint32_t to, 
     return pieces;
 }
 
-/* Zone lock held on entry and on return; false if the OS refused. */
-static bool grow(void)
+/* The free block holding frame idx of the region at base: its head is idx
+ * rounded down to some order o with PAGE_FREE and order o on it (the
+ * invariant above makes a match proof: that block is free and holds idx).
+ * NULL if idx is allocated, on a lazy list, or metadata.  Zone lock held. */
+static struct page_desc *free_block_of(struct page_desc *base, uint32_t idx)
 {
-    if (region_zone_full())
-        return false;
+    for (unsigned o = 0; o <= MAX_ORDER; o++) {
+        struct page_desc *h = base + (idx & ~((1u << o) - 1));
+        if (free_head(h, o))
+            return h;
+    }
+    return NULL;
+}
+
+/* Free frames (at most max) just below end in the region at base.  Zone
+ * lock held. */
+static uint32_t tail_free(struct page_desc *base, uint32_t end, uint32_t max)
+{
+    uint32_t i = end;
+    struct page_desc *b;
+    while (end - i < max && i > 0 && (b = free_block_of(base, i - 1)))
+        i = desc_index(b);
+    return end - i;
+}
+
+/* More frames for a block of 2^order (run == 0) or a run of run frames: the
+ * newest region grown, or a new one.  Zone lock held on entry and on
+ * return; false if the OS refused. */
+static bool grow(unsigned order, uint32_t run)
+{
+    struct region_hdr *last = zone.newest;
+    uint32_t tail = run && last ? tail_free(region_descs(last), __atomic_load_n(&last->end, __ATOMIC_RELAXED), run) : 0;
     lock_release(&zone.lock);
-    struct region_hdr *r = region_create(0);
-    uint32_t end = r ? region_grant(r) : 0;
+    uint32_t from, to;
+    struct region_hdr *r = region_grow(last, 0, order, run, tail, &from, &to);
     lock_acquire(&zone.lock);
-    if (!r || end == r->r.first_page)
+    if (!r)
         return false;
-    free_pieces(region_descs(r), r->r.first_page, end, PD_PURGED, page_clock_ms);   /* never touched: nothing to return */
+    if (r != last)
+        zone.newest = r;
+    free_frames(region_descs(r), from, to, PD_PURGED);   /* never touched: nothing to return */
+    return true;
+}
+
+static bool buddy_extend(struct region_hdr *r, uint32_t end)
+{
+    uint32_t from, to;
+    if (!region_extend(r, end, &from, &to))
+        return false;
+    lock_acquire(&zone.lock);
+    free_frames(region_descs(r), from, to, PD_PURGED);
+    lock_release(&zone.lock);
     return true;
 }
 
@@ -170,7 +249,7 @@ static struct page_desc *buddy_alloc(struct sk_thread *t, unsigned order)
         if (order > 0 && !counted && zone.nr_free >= ((uint64_t)1 << order))
             zone.frag_events++;       /* enough free pages, none contiguous */
         counted = true;
-        if (!grow()) {
+        if (!grow(order, 0)) {
             lock_release(&zone.lock);
             return NULL;
         }
@@ -195,15 +274,7 @@ static void buddy_free_range(struct page_desc *first, size_t n, int count_order,
     struct page_desc *base = first - desc_index(first);
     uint32_t from = desc_index(first), to = from + (uint32_t)n;
     lock_acquire(&zone.lock);
-    while (from < to) {
-        unsigned o = from ? (unsigned)__builtin_ctz(from) : MAX_ORDER;
-        if (o > MAX_ORDER)
-            o = MAX_ORDER;
-        while (from + (1u << o) > to)
-            o--;
-        free_one(base + from, o);
-        from += 1u << o;
-    }
+    free_frames(base, from, to, 0);
     if (count_order >= 0)
         zone.frees[count_order]++;
     if (alloc_order >= 0)
@@ -212,37 +283,24 @@ static void buddy_free_range(struct page_desc *first, size_t n, int count_order,
     page_purge_tick();
 }
 
-/* The free block holding frame idx of the region at base: its head is idx
- * rounded down to some order o with PAGE_FREE and order o on it (the
- * invariant above makes a match proof: that block is free and holds idx).
- * NULL if idx is allocated, on a lazy list, or metadata.  Zone lock held. */
-static struct page_desc *free_block_of(struct page_desc *base, uint32_t idx)
+/* Whether free blocks cover every frame of [from, to) of the region at
+ * base: at most one descriptor probe per order per block.  Zone lock held. */
+static bool range_free(struct page_desc *base, uint32_t from, uint32_t to)
 {
-    for (unsigned o = 0; o <= MAX_ORDER; o++) {
-        struct page_desc *h = base + (idx & ~((1u << o) - 1));
-        if (h->kind == PAGE_FREE && h->order == o)
-            return h;
-    }
-    return NULL;
-}
-
-/* page_resize_exact's growth: a first pass checks that free blocks cover
- * every frame of [from, to) (at most one descriptor probe per order per
- * block), a second takes those blocks off their lists and gives back what
- * lies outside the range (Linux's expand, on both sides). */
-static bool buddy_claim_range(struct page_desc *first, size_t n, int count_order, int alloc_order)
-{
-    struct page_desc *base = first - desc_index(first);
-    uint32_t from = desc_index(first), to = from + (uint32_t)n;
-    lock_acquire(&zone.lock);
     for (uint32_t i = from; i < to;) {
         struct page_desc *h = free_block_of(base, i);
-        if (!h) {
-            lock_release(&zone.lock);
+        if (!h)
             return false;
-        }
         i = desc_index(h) + (1u << h->order);
     }
+    return true;
+}
+
+/* Takes the free blocks covering [from, to) off their lists and gives back
+ * what lies outside the range (Linux's expand, on both sides).  Zone lock
+ * held; range_free true. */
+static void take_range(struct page_desc *base, uint32_t from, uint32_t to)
+{
     for (uint32_t i = from; i < to;) {
         struct page_desc *h = free_block_of(base, i);
         unsigned o = h->order;
@@ -258,12 +316,99 @@ static bool buddy_claim_range(struct page_desc *first, size_t n, int count_order
             zone.splits += free_pieces(base, to, end, flags, since);
         i = end;
     }
-    if (count_order >= 0)
-        zone.frees[count_order]++;
-    if (alloc_order >= 0)
-        zone.allocs[alloc_order]++;
+}
+
+/* page_resize_exact's growth. */
+static bool buddy_claim_range(struct page_desc *first, size_t n, int count_order, int alloc_order)
+{
+    struct page_desc *base = first - desc_index(first);
+    uint32_t from = desc_index(first), to = from + (uint32_t)n;
+    lock_acquire(&zone.lock);
+    bool ok = range_free(base, from, to);
+    if (ok) {
+        take_range(base, from, to);
+        if (count_order >= 0)
+            zone.frees[count_order]++;
+        if (alloc_order >= 0)
+            zone.allocs[alloc_order]++;
+    }
     lock_release(&zone.lock);
-    return true;
+    return ok;
+}
+
+/* Free blocks run_around steps over backwards at most. */
+#define RUN_BACK_STEPS 64
+
+/* A run of n free frames around the free block h, or -1: the free blocks
+ * just before it (back to where the free space starts, so runs pack from
+ * its low end instead of leaving a piece too small for the next one) and
+ * after it, while they touch.  Zone lock held. */
+static int64_t run_around(struct page_desc *h, uint32_t n)
+{
+    struct page_desc *base = h - desc_index(h);
+    uint32_t idx = desc_index(h), start = idx, end = idx + (1u << h->order);
+    struct page_desc *b;
+    for (int steps = 0; steps < RUN_BACK_STEPS && start > 0 && (b = free_block_of(base, start - 1)); steps++)
+        start = desc_index(b);
+    while (end - start < n && end < REGION_PAGES && (b = free_block_of(base, end)))
+        end = desc_index(b) + (1u << b->order);
+    return end - start >= n ? (int64_t)start : -1;
+}
+
+/* How many free blocks per order alloc_run tries before it grows. */
+#define RUN_TRIES 4
+
+/* n frames that need not be aligned (page_alloc_run): any run of n free
+ * frames holds a whole aligned block of order floor(log2 n) - 1, a free
+ * block of that order or more in the buddy's lists, so the runs tried are
+ * those around such blocks.  Where the buddy alone would take a block of
+ * 2^ceil(log2 n) and free the tail, consecutive runs pack the tail of one
+ * block and the head of the next: a run of 257 frames costs 257 frames of
+ * address space, not 512.  The head is PAGE_USED with order
+ * order_for_pages(n) (page_free_exact's check). */
+static struct page_desc *buddy_alloc_run(struct sk_thread *t, size_t npages)
+{
+    uint32_t n = (uint32_t)npages;
+    unsigned order = order_for_pages(n);
+    lock_acquire(&zone.lock);
+    for (;;) {
+        for (unsigned o = order >= 2 ? order - 2 : 0; o <= MAX_ORDER; o++) {
+            int tries = 0;
+            for (struct page_desc *h = zone.head[o]; h && tries < RUN_TRIES; h = h->free.next, tries++) {
+                int64_t start = run_around(h, n);
+                if (start < 0)
+                    continue;
+                struct page_desc *base = h - desc_index(h), *d = base + start;
+                take_range(base, (uint32_t)start, (uint32_t)start + n);
+                d->kind = PAGE_USED;
+                d->order = (uint8_t)order;
+                d->flags = 0;
+                zone.allocs[order]++;
+                lock_release(&zone.lock);
+                return d;
+            }
+        }
+        if (!grow(order, n)) {
+            lock_release(&zone.lock);
+            return NULL;
+        }
+    }
+}
+
+static void buddy_trim(struct region_hdr *r)
+{
+    struct page_desc *base = region_descs(r);
+    lock_acquire(&zone.lock);
+    uint32_t end = __atomic_load_n(&r->end, __ATOMIC_RELAXED);
+    uint32_t n = __atomic_load_n(&r->reserved, __ATOMIC_RELAXED) == end ? tail_free(base, end, end - r->r.first_page) : 0;
+    if (n >= TRIM_PAGES)
+        take_range(base, end - n, end);  /* whole free blocks: tail_free stops at block starts */
+    lock_release(&zone.lock);
+    if (n >= TRIM_PAGES && !region_trim(r, end - n, end)) {
+        lock_acquire(&zone.lock);        /* the region grew meanwhile: keep them */
+        free_frames(base, end - n, end, 0);
+        lock_release(&zone.lock);
+    }
 }
 
 /* Linux rmqueue_bulk: a batch of order-0 pages under one lock acquisition,
@@ -276,7 +421,7 @@ static unsigned buddy_alloc_batch(struct sk_thread *t, unsigned n, struct page_d
     while (got < n) {
         struct page_desc *d = rmqueue(0);
         if (!d) {
-            if (got || !grow())
+            if (got || !grow(0, 0))
                 break;
             continue;
         }
@@ -354,6 +499,9 @@ const struct page_backend buddy_backend = {
     .free = buddy_free,
     .free_range = buddy_free_range,
     .claim_range = buddy_claim_range,
+    .extend = buddy_extend,
+    .trim = buddy_trim,
+    .alloc_run = buddy_alloc_run,
     .alloc_batch = buddy_alloc_batch,
     .free_batch = buddy_free_batch,
     .purge = buddy_purge,

@@ -1,13 +1,13 @@
 /* huge.c — allocations beyond MAX_ORDER, straight from the OS.  A huge block
  * is one mapping aligned to max(REGION_SIZE, align): its first page is a
  * header (struct huge_hdr), the user block starts `align` (>= PAGE_SIZE)
- * after it.  Every REGION_SIZE slot the mapping covers has region_map =
+ * after it.  Every REGION_SIZE slot the mapping covers has the region map entry =
  * header address (untagged, page.h), so huge_size/huge_owns are one load plus
  * a check, and page_desc_of() says "not a region page" for them.  Freed with munmap.
  * Resized with mremap (huge_resize): in place when the address space after
  * the mapping is free, else moved to a fresh aligned reservation (the kernel
  * moves the page tables; the header page moves with the block).
- * No lock: each mapping owns its region_map slots; statistics are atomic
+ * No lock: each mapping owns its slots in the region map; statistics are atomic
  * adds (this is never a fast path).  Slots a mapping gives up are cleared
  * before the address space is released (munmap, a moving or shrinking
  * mremap), so a region another thread maps there afterwards is never
@@ -35,16 +35,18 @@ static struct huge_hdr *huge_hdr_of(const void *p)
     uintptr_t a = (uintptr_t)p;
     if (a >> ADDRESS_BITS)
         return NULL;
-    uintptr_t e = __atomic_load_n(&region_map[a >> REGION_SHIFT], __ATOMIC_ACQUIRE);
+    uintptr_t e = map_entry(a >> REGION_SHIFT);
     if (e == 0 || (e & MAP_REGION))
         return NULL;
     return (struct huge_hdr *)e;
 }
 
+/* Sets the slots of [start, start+len) to value (their leaves exist:
+ * region_map_prepare). */
 static void mark(uintptr_t start, size_t len, uintptr_t value)
 {
     for (uintptr_t a = start; a < start + len; a += REGION_SIZE)
-        __atomic_store_n(&region_map[a >> REGION_SHIFT], value, __ATOMIC_RELEASE);
+        region_map_set(a >> REGION_SHIFT, value);
 }
 
 /* Slots [start, start+len) that no longer hold any of [keep, keep+keep_len)
@@ -53,7 +55,7 @@ static void unmark_beyond(uintptr_t start, size_t len, uintptr_t keep, size_t ke
 {
     for (uintptr_t a = start; a < start + len; a += REGION_SIZE)
         if (!keep_len || a >= ALIGN_UP(keep + keep_len, REGION_SIZE))
-            __atomic_store_n(&region_map[a >> REGION_SHIFT], 0, __ATOMIC_RELEASE);
+            region_map_set(a >> REGION_SHIFT, 0);
 }
 
 /* A huge block of usable bytes (0: its header alone) at align. */
@@ -61,10 +63,15 @@ static void *huge_map(size_t usable, size_t align)
 {
     size_t len = align + usable;
     size_t map_align = align > REGION_SIZE ? align : REGION_SIZE;
-    char *base = os_map_aligned(len, map_align, false);
+    /* Placed one slot below the kernel's choice, so the kernel's next
+     * mappings fill the space above that slot before they reach the room
+     * after the block: realloc grows it in place (under tight accounting a
+     * move needs old and new at once) and the huge-block cache joins a
+     * freed neighbour's pages onto it (large.c). */
+    char *base = os_place_growable(len, map_align, OS_RW_CHARGED);
     if (!base)
         return NULL;
-    if (((uintptr_t)base + len - 1) >> ADDRESS_BITS) {
+    if ((((uintptr_t)base + len - 1) >> ADDRESS_BITS) || !region_map_prepare((uintptr_t)base, len)) {
         os_unmap(base, len);
         return NULL;
     }
@@ -125,7 +132,11 @@ bool huge_move_tail(void *dst, void *src, size_t len)
     if (d == s || len == 0 || len % PAGE_SIZE || len > s->size)
         return false;
     char *end = (char *)d + d->map_len, *from = (char *)s + s->map_len - len;
-    if (((uintptr_t)end + len - 1) >> ADDRESS_BITS || !os_reserve_at(end, len))
+    int saved = errno;                   /* a join that does not happen is no error */
+    bool room = !(((uintptr_t)end + len - 1) >> ADDRESS_BITS) && region_map_prepare((uintptr_t)d, d->map_len + len) &&
+                os_map_at(end, len, OS_NONE);
+    errno = saved;
+    if (!room)
         return false;
     /* src's slots beyond its new end are cleared before its pages leave, as
      * a shrinking huge_resize does; restored if the move fails. */
@@ -153,11 +164,12 @@ void *huge_split(void *p, size_t keep)
      * mapping there may be no room to move the pages to), its header made
      * writable, then the pages moved over the rest. */
     size_t hdr = (size_t)((char *)p - (char *)h), excess = h->size - keep, len = hdr + excess;
-    char *nb = os_reserve_aligned(len, hdr > REGION_SIZE ? hdr : REGION_SIZE);
+    char *nb = os_place(len, hdr > REGION_SIZE ? hdr : REGION_SIZE, OS_NONE);
     if (!nb)
         return NULL;
     char *from = (char *)h + h->map_len - excess;
-    if (((uintptr_t)nb + len - 1) >> ADDRESS_BITS || !os_commit(nb, hdr)) {
+    if (((uintptr_t)nb + len - 1) >> ADDRESS_BITS || !region_map_prepare((uintptr_t)nb, len) ||
+        !os_protect(nb, hdr, OS_RW)) {
         os_unmap(nb, len);
         return NULL;
     }
@@ -255,6 +267,8 @@ void *huge_resize(void *p, size_t size)
             mark((uintptr_t)base, old_len, (uintptr_t)base);
             return NULL;
         }
+    } else if (!region_map_prepare((uintptr_t)base, len)) {
+        return NULL;                     /* no leaf for the slots it would grow into */
     } else if (os_remap(base, old_len, len, NULL)) {
         /* Grown in place: the address space after it was free, so the new
          * slots are ours to mark (below). */
@@ -264,10 +278,10 @@ void *huge_resize(void *p, size_t size)
          * (the block is the caller's, nobody else looks it up) and restored
          * if the move fails. */
         size_t map_align = align > REGION_SIZE ? align : REGION_SIZE;
-        char *nb = os_reserve_aligned(len, map_align);
+        char *nb = page_tight() ? os_place_growable(len, map_align, OS_NONE) : os_place(len, map_align, OS_NONE);
         if (!nb)
             return NULL;
-        if (((uintptr_t)nb + len - 1) >> ADDRESS_BITS) {
+        if ((((uintptr_t)nb + len - 1) >> ADDRESS_BITS) || !region_map_prepare((uintptr_t)nb, len)) {
             os_unmap(nb, len);
             return NULL;
         }

@@ -137,6 +137,13 @@ static void avail_del(struct ib_space *s, struct region_hdr *r)
         r->avail_next->avail_prev = r->avail_prev;
 }
 
+/* A space's free count is peeked without its lock (which space to try
+ * first): it changes with atomic stores, the lock held. */
+SK_INLINE void space_free_add(struct ib_space *s, int64_t n)
+{
+    __atomic_store_n(&s->nr_free, s->nr_free + (uint64_t)n, __ATOMIC_RELAXED);
+}
+
 /* Sets the free bits of frames [idx, idx+n) of r (all in use before). */
 static void bits_set(struct ib_space *s, struct region_hdr *r, uint32_t idx, uint32_t n)
 {
@@ -162,7 +169,7 @@ static void bits_set(struct ib_space *s, struct region_hdr *r, uint32_t idx, uin
     if (r->nr_free == 0)
         avail_add(s, r);
     r->nr_free += n;
-    s->nr_free += n;
+    space_free_add(s, n);
 }
 
 /* bits_set for one frame: the lazy layer's drains. */
@@ -177,7 +184,7 @@ SK_INLINE void bit_set1(struct ib_space *s, struct region_hdr *r, uint32_t idx)
     r->map[w].free = old | (1ull << (idx & 63));
     if (r->nr_free++ == 0)
         avail_add(s, r);
-    s->nr_free++;
+    space_free_add(s, 1);
 }
 
 /* Clears the free (and purged) bits of frames [idx, idx+n), all free. */
@@ -204,7 +211,7 @@ static void bits_clear(struct ib_space *s, struct region_hdr *r, uint32_t idx, u
         idx += k;
     }
     r->nr_free -= n;
-    s->nr_free -= n;
+    space_free_add(s, -(int64_t)n);
     if (r->nr_free == 0)
         avail_del(s, r);
 }
@@ -247,7 +254,7 @@ static unsigned pop_frames(struct ib_space *s, unsigned n, uint8_t kind, struct 
                 r->summary[sw] &= ~(1ull << (w & 63));
         }
         r->nr_free -= taken;
-        s->nr_free -= taken;
+        space_free_add(s, -(int64_t)taken);
         if (r->nr_free == 0)
             avail_del(s, r);
     }
@@ -304,7 +311,7 @@ static struct page_desc *recent_take(struct ib_space *s, unsigned order, struct 
  * end), so repeated searches do not rescan the fragmented low words; only a
  * free lowers the bound again.  Allocations never create runs, so they leave
  * the bounds valid. */
-static int find_run(struct region_hdr *r, unsigned order)
+static void fold_freed(struct region_hdr *r)
 {
     if (r->freed_min < REGION_WORDS) {
         unsigned fm = r->freed_min;
@@ -315,6 +322,11 @@ static int find_run(struct region_hdr *r, unsigned order)
         }
         r->freed_min = REGION_WORDS;
     }
+}
+
+static int find_run(struct region_hdr *r, unsigned order)
+{
+    fold_freed(r);
     unsigned w = r->low[order];
     if (order < 6) {
         unsigned len = 1u << order;
@@ -355,12 +367,57 @@ none:
     return -1;
 }
 
+/* Frame index of the lowest run of n free frames in r (any alignment), or
+ * -1: address-ordered first fit, a word at a time.  A run is carried across
+ * words through their top and bottom ones; inside a word, x &= x >> s
+ * leaves bit i set iff frames i..i+n-1 are free (n < 64).  A run of n
+ * frames holds an aligned run of order floor(log2 n) - 1, and none of those
+ * starts below low[] of that order, so the scan starts n frames before it. */
+static int find_span(struct region_hdr *r, uint32_t n)
+{
+    uint32_t run = 0, start = 0;
+    unsigned j = 31u - (unsigned)__builtin_clz(n);
+    j = j ? j - 1 : 0;
+    uint32_t w0 = 0;
+    if (j) {
+        fold_freed(r);
+        uint32_t back = n / 64 + 1;
+        w0 = r->low[j] > back ? r->low[j] - back : 0;
+    }
+    for (uint32_t w = w0; w < REGION_WORDS; w++) {
+        uint64_t x = r->map[w].free;
+        if (x == ~0ull) {
+            if (!run)
+                start = w * 64;
+            run += 64;
+            if (run >= n)
+                return (int)start;
+            continue;
+        }
+        if (run && run + (uint32_t)__builtin_ctzll(~x) >= n)
+            return (int)start;           /* the run ends in this word's low ones */
+        if (n < 64 && x) {
+            uint64_t y = x;
+            for (uint32_t len = 1; len < n;) {
+                uint32_t sh = len < n - len ? len : n - len;
+                y &= y >> sh;
+                len += sh;
+            }
+            if (y)
+                return (int)(w * 64 + (uint32_t)__builtin_ctzll(y));
+        }
+        run = x ? (uint32_t)__builtin_clzll(~x) : 0;   /* a new run starts at the top ones */
+        start = w * 64 + 64 - run;
+    }
+    return -1;
+}
+
 /* A cached block of order 2^order dissolves into frames (bits set, a run
  * to find again soon); its pages were counted in nr_free already. */
 static void cache_dissolve(struct ib_space *s, struct page_desc *d, unsigned order)
 {
     uint32_t len = 1u << order;
-    s->nr_free -= len;                   /* bits_set counts them again */
+    space_free_add(s, -(int64_t)len);    /* bits_set counts them again */
     bits_set(s, region_of_desc(d), desc_index(d), len);
     s->splits++;                         /* the block dissolves into frames */
     recent_push(s, d, order);
@@ -393,7 +450,7 @@ SK_INLINE void cache_push(struct ib_space *s, struct page_desc *d, unsigned orde
         s->cached++;
     }
     c->d[c->top++ & (IB_CACHE - 1)] = d;
-    s->nr_free += 1u << order;
+    space_free_add(s, (int64_t)1 << order);
 }
 
 /* Space lock held. */
@@ -420,7 +477,7 @@ static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
             struct page_desc *head = c->d[--c->top & (IB_CACHE - 1)];
             c->n--;
             s->cached--;
-            s->nr_free -= 1u << o;
+            space_free_add(s, -((int64_t)1 << o));
             while (o > order) {
                 o--;
                 head[1u << o].kind = PAGE_FREE;
@@ -456,26 +513,75 @@ static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
     return head;
 }
 
-/* A new region for space si.  Its descriptors stay zero until frames are
- * handed out (free frames are known by their bits, not their descriptors). */
-static bool grow(unsigned si)
+/* Frames [from, to) of r, committed just now, join its space's pool
+ * (never touched: marked purged, nothing to return).  Space lock held. */
+static void add_frames(struct ib_space *s, struct region_hdr *r, uint32_t from, uint32_t to)
 {
-    if (region_zone_full())
-        return false;
-    struct region_hdr *r = region_create(si);
-    uint32_t end = r ? region_grant(r) : 0;
-    if (!r || end == r->r.first_page)
-        return false;                    /* (a zone's last frames went to a racing grow: r stays unused) */
-    uint32_t first = r->r.first_page;
+    bits_set(s, r, from, to - from);
+    for (uint32_t i = from; i < to; i++)
+        r->map[i >> 6].purged |= 1ull << (i & 63);
+}
+
+/* Free frames (at most max) just below end in r.  Space lock held. */
+static uint32_t tail_free(const struct region_hdr *r, uint32_t end, uint32_t max)
+{
+    uint32_t i = end;
+    while (end - i < max && i > 0 && (r->map[(i - 1) >> 6].free >> ((i - 1) & 63) & 1))
+        i--;
+    return end - i;
+}
+
+/* More frames for a block of 2^order (run == 0) or a run of run frames in
+ * space si: its newest region grown, or a new region.  Descriptors of new
+ * frames stay zero until they are handed out (free frames are known by
+ * their bits, not their descriptors). */
+static bool grow(unsigned si, unsigned order, uint32_t run)
+{
     struct ib_space *s = &spaces[si];
     lock_acquire(&s->lock);
-    r->freed_min = REGION_WORDS;         /* low[] = 0 (fresh memory): valid bounds */
-    r->seq = s->regions ? s->regions->seq + 1 : 0;
-    bits_set(s, r, first, end - first);
-    for (uint32_t w = 0; w < REGION_WORDS; w++)
-        r->map[w].purged = r->map[w].free;   /* never touched: nothing to return */
-    r->space_next = s->regions;
-    s->regions = r;
+    struct region_hdr *last = s->regions;
+    uint32_t tail = run && last ? tail_free(last, __atomic_load_n(&last->end, __ATOMIC_RELAXED), run) : 0;
+    lock_release(&s->lock);
+    uint32_t from, to;
+    struct region_hdr *r = region_grow(last, si, order, run, tail, &from, &to);
+    if (!r)
+        return false;
+    lock_acquire(&s->lock);
+    if (r != last) {
+        r->freed_min = REGION_WORDS;     /* low[] = 0 (fresh memory): valid bounds */
+        r->seq = s->regions ? s->regions->seq + 1 : 0;
+        r->space_next = s->regions;
+        s->regions = r;
+    }
+    add_frames(s, r, from, to);
+    lock_release(&s->lock);
+    return true;
+}
+
+static void ibuddy_trim(struct region_hdr *r)
+{
+    struct ib_space *s = &spaces[r->r.space];
+    lock_acquire(&s->lock);
+    uint32_t end = __atomic_load_n(&r->end, __ATOMIC_RELAXED);
+    uint32_t n = __atomic_load_n(&r->reserved, __ATOMIC_RELAXED) == end ? tail_free(r, end, end - r->r.first_page) : 0;
+    if (n >= TRIM_PAGES)
+        bits_clear(s, r, end - n, n);
+    lock_release(&s->lock);
+    if (n >= TRIM_PAGES && !region_trim(r, end - n, end)) {
+        lock_acquire(&s->lock);          /* the region grew meanwhile: keep them */
+        bits_set(s, r, end - n, n);
+        lock_release(&s->lock);
+    }
+}
+
+static bool ibuddy_extend(struct region_hdr *r, uint32_t end)
+{
+    uint32_t from, to;
+    if (!region_extend(r, end, &from, &to))
+        return false;
+    struct ib_space *s = &spaces[r->r.space];
+    lock_acquire(&s->lock);
+    add_frames(s, r, from, to);
     lock_release(&s->lock);
     return true;
 }
@@ -514,13 +620,56 @@ static struct page_desc *ibuddy_alloc(struct sk_thread *t, unsigned order)
             }
             lock_release(&s->lock);
         }
-        if (!counted && order > 0 && total_free() >= ((uint64_t)1 << order)) {
+        /* Enough free frames, no aligned run: a fragmentation event (not
+         * in a space with no region yet: that is the thread's spreading). */
+        if (!counted && order > 0 && total_free() >= ((uint64_t)1 << order) &&
+            __atomic_load_n(&spaces[si].regions, __ATOMIC_RELAXED)) {
             lock_acquire(&spaces[si].lock);
-            spaces[si].frag_events++;    /* enough free frames, no aligned run */
+            spaces[si].frag_events++;
             lock_release(&spaces[si].lock);
         }
         counted = true;
-        if (!grow(si))
+        if (!grow(si, order, 0))
+            return NULL;
+    }
+}
+
+/* n frames that need not be aligned (page_alloc_run): the lowest run of n
+ * free frames, oldest region first, home space first.  Where an aligned
+ * block of 2^ceil(log2 n) would leave its tail to single frames, runs pack
+ * one after another: 257 frames cost 257 frames of address space, not 512. */
+static struct page_desc *ibuddy_alloc_run(struct sk_thread *t, size_t npages)
+{
+    uint32_t n = (uint32_t)npages;
+    unsigned order = order_for_pages(n), si = home_space(t);
+    for (;;) {
+        for (unsigned j = 0; j < nspaces; j++) {
+            unsigned k = si + j < nspaces ? si + j : si + j - nspaces;
+            struct ib_space *s = &spaces[k];
+            if (__atomic_load_n(&s->nr_free, __ATOMIC_RELAXED) < n)
+                continue;
+            lock_acquire(&s->lock);
+            for (int pass = 0; pass < 2; pass++) {
+                for (struct region_hdr *r = s->avail; r; r = r->avail_next) {
+                    int idx = r->nr_free >= n ? find_span(r, n) : -1;
+                    if (idx < 0)
+                        continue;
+                    bits_clear(s, r, (uint32_t)idx, n);
+                    struct page_desc *head = region_descs(r) + idx;
+                    head->kind = PAGE_USED;
+                    head->order = (uint8_t)order;
+                    s->merges++;         /* a block built from frames */
+                    s->allocs[order]++;
+                    lock_release(&s->lock);
+                    return head;
+                }
+                if (!s->cached)
+                    break;
+                ib_flush(s);             /* cached blocks may make the run */
+            }
+            lock_release(&s->lock);
+        }
+        if (!grow(si, order, n))
             return NULL;
     }
 }
@@ -643,7 +792,7 @@ static unsigned ibuddy_alloc_batch(struct sk_thread *t, unsigned n, struct page_
             if (got)
                 return got;
         }
-        if (!grow(si))
+        if (!grow(si, 0, 0))
             return 0;
     }
 }
@@ -833,6 +982,9 @@ const struct page_backend ibuddy_backend = {
     .free = ibuddy_free,
     .free_range = ibuddy_free_range,
     .claim_range = ibuddy_claim_range,
+    .extend = ibuddy_extend,
+    .trim = ibuddy_trim,
+    .alloc_run = ibuddy_alloc_run,
     .alloc_batch = ibuddy_alloc_batch,
     .free_batch = ibuddy_free_batch,
     .purge = ibuddy_purge,

@@ -1,14 +1,16 @@
 /* page.h — the page layer's internal API: regions, page descriptors, block
  * allocation.  Everything the allocators take from the OS goes through here.
  *
- * Regions: memory is reserved from the OS in REGION_SIZE (64 MiB) naturally
+ * Regions: memory comes from the OS in REGION_SIZE (64 MiB) naturally
  * aligned regions.  The first REGION_META_PAGES pages of a region hold its
  * page descriptors (one 64-byte struct page_desc per 4 KiB frame, like the
  * kernel's struct page) and the region header; the rest are frames for the
- * buddy allocators.  region_map[] maps every 64 MiB of the 47-bit address
- * space to its region base tagged with bit 0 (MAP_REGION), or to a huge
- * mapping's header (untagged), or 0; so address -> descriptor is one load,
- * one bit test and one lea (the tag folds into the address): page_desc_of().
+ * buddy allocators, committed as the back ends grow into them (region.c).
+ * The region map sends every 64 MiB slot of the 47-bit address space to its
+ * region base tagged with bit 0 (MAP_REGION), or to a huge mapping's header
+ * (untagged), or 0 (a table over the window of slots in use, below); so
+ * address -> descriptor is two dependent loads, one bit test and one lea:
+ * page_desc_of().
  *
  * Block allocation (page_alloc/page_free) goes through the lazy per-thread
  * list for order 0 and to the active back end (buddy.c or ibuddy.c) for the
@@ -28,7 +30,7 @@
 #define REGION_MASK  (REGION_SIZE - 1)
 #define REGION_PAGES (REGION_SIZE >> PAGE_SHIFT)                 /* 16384 */
 #define ADDRESS_BITS 47
-#define REGION_MAP_LEN ((size_t)1 << (ADDRESS_BITS - REGION_SHIFT)) /* 2^21 */
+#define REGION_MAP_LEN ((size_t)1 << (ADDRESS_BITS - REGION_SHIFT)) /* 2^21 slots */
 
 /* What a page frame is used for (page_desc.kind). */
 enum page_kind {
@@ -82,7 +84,36 @@ struct region {
 #define REGION_META_PAGES ((REGION_PAGES * sizeof(struct page_desc)) >> PAGE_SHIFT) /* 256 */
 #define REGION_HDR_PAGES  2
 
-extern uintptr_t region_map[REGION_MAP_LEN] __attribute__((visibility("hidden")));
+/* The region map is a table over a window of slots [lo, lo+len); a lookup
+ * outside the window misses, as an unmapped slot does.  The window starts
+ * empty and grows (region.c) to cover the slots of every region and huge
+ * mapping: a process's mappings are packed below its mmap base, so a few KiB
+ * of table cover it -- where a flat table of the 47-bit space cost 32 MiB of
+ * address space, which `ulimit -v` counts.  A grown table is a new one,
+ * published with a release store; old ones are never freed (a racing lookup
+ * may still read one).  A lookup is the flat table's plus one subtraction:
+ * the table pointer (acquire: it orders the reads of lo, len and the entries
+ * after the table's initialisation), lo and len are read through it. */
+struct map_table {
+    uintptr_t lo, len;
+    uintptr_t e[];
+};
+extern struct map_table *region_map_tab __attribute__((visibility("hidden")));
+
+/* The map entry of slot, 0 outside the window (entries are written with
+ * release stores: region_map_set). */
+SK_INLINE uintptr_t map_entry(uintptr_t slot)
+{
+    struct map_table *t = __atomic_load_n(&region_map_tab, __ATOMIC_ACQUIRE);
+    uintptr_t i = slot - t->lo;
+    return likely(i < t->len) ? SK_LOAD_DEP(&t->e[i]) : 0;
+}
+
+/* region.c: makes sure the window covers [start, start+len) (false if the
+ * OS refuses a larger table); then region_map_set cannot fail there.  Both
+ * take map_lock. */
+bool region_map_prepare(uintptr_t start, size_t len);
+void region_map_set(uintptr_t slot, uintptr_t entry);
 
 /* Tag of region entries: the common case is the one a single bit test accepts. */
 #define MAP_REGION ((uintptr_t)1)
@@ -98,10 +129,8 @@ SK_INLINE struct page_desc *map_desc(uintptr_t e, uintptr_t a)
  * branches fold: page_desc_of's NULL would be tested a second time. */
 SK_INLINE bool page_desc_lookup(const void *p, struct page_desc **dp)
 {
-    uintptr_t a = (uintptr_t)p, slot = a >> REGION_SHIFT;
-    if (unlikely(slot >= REGION_MAP_LEN))      /* beyond the 47 bits region_map covers */
-        return false;
-    uintptr_t e = region_map[slot];
+    uintptr_t a = (uintptr_t)p;
+    uintptr_t e = map_entry(a >> REGION_SHIFT);
     if (unlikely(!(e & MAP_REGION)))
         return false;
     *dp = map_desc(e, a);
@@ -125,7 +154,7 @@ SK_INLINE bool page_desc_lookup(const void *p, struct page_desc **dp)
  * than loaded from a table: the next allocation of that class waits for the
  * free's stores to the thread's cache, whose addresses come at the end of a
  * chain of loads starting here (docs/benchmarks-malloc.md, "two sizes");
- * region_map[] is still read, for the check that p is ours, but beside the
+ * the region map is still read, for the check that p is ours, but beside the
  * chain: the branch on it is predicted and the entry's load need not wait. */
 struct page_owner {
     struct kmem_cache *cache;
@@ -148,10 +177,7 @@ SK_INLINE struct page_owner *page_owner_of(const void *p)
  * one of our regions. */
 SK_INLINE bool page_owner_lookup(const void *p, struct page_owner **op)
 {
-    uintptr_t a = (uintptr_t)p, slot = a >> REGION_SHIFT;
-    if (unlikely(slot >= REGION_MAP_LEN))
-        return false;
-    if (unlikely(!(region_map[slot] & MAP_REGION)))
+    if (unlikely(!(map_entry((uintptr_t)p >> REGION_SHIFT) & MAP_REGION)))
         return false;
     *op = page_owner_of(p);
     return true;
@@ -205,6 +231,21 @@ SK_INLINE struct page_desc *page_head_of(const void *p)
     return d;
 }
 
+/* Whether memory is accounted tightly: the process had an address-space
+ * limit (RLIMIT_AS, `ulimit -v`) when the page layer last grew, or the host
+ * charges every writable private page (vm.overcommit_memory = 2).  Then
+ * memory held ahead of need -- a block's room to grow, the tail of a
+ * power-of-two block -- is memory the program cannot use: large blocks are
+ * runs of exactly their pages (page_alloc_run), realloc moves to the exact
+ * size, and free frames at a region's end go back to the OS.  Otherwise the
+ * faster aligned blocks stay (page_alloc_run: 11% more instructions on
+ * mallocbench's largemix). */
+extern bool page_tight_flag __attribute__((visibility("hidden")));
+SK_INLINE bool page_tight(void)
+{
+    return __atomic_load_n(&page_tight_flag, __ATOMIC_RELAXED);
+}
+
 /* Initialise the page layer (idempotent): options, back end selection. */
 void page_init(void);
 
@@ -230,6 +271,13 @@ void page_free(void *addr, unsigned order);
 void *page_alloc_exact(size_t npages, int flags);
 void page_free_exact(void *addr, size_t npages);
 
+/* The same at any page alignment: where page_alloc_exact takes a whole
+ * aligned block and frees its tail (which a second such request cannot
+ * use), this takes a run of exactly npages free frames, so blocks of, say,
+ * 1 MiB and a page pack end to end.  For callers that need no alignment
+ * (plain large blocks); freed and resized as page_alloc_exact's. */
+void *page_alloc_run(size_t npages, int flags);
+
 /* Resize a live block from page_alloc_exact in place (the owner's kind,
  * cache and priv on the head are left alone).  Shrinking always succeeds;
  * growing only when the frames [addr+old, addr+new) are free in the back
@@ -238,7 +286,7 @@ void page_free_exact(void *addr, size_t npages);
 bool page_resize_exact(void *addr, size_t old_npages, size_t new_npages);
 
 /* Allocations beyond MAX_ORDER come from the OS directly: a mapping aligned to
- * REGION_SIZE whose first page is a header (its region_map slots hold the
+ * REGION_SIZE whose first page is a header (its map slots hold the
  * header's address, untagged), the user block at `align` (>= PAGE_SIZE)
  * after it.  huge_size returns the usable size of a live huge block or 0 if
  * p is not the start of one. */
@@ -278,6 +326,8 @@ size_t page_reap(void);
 /* Why a page allocation failed, for a report: "the OS refused more pages",
  * or that the bounded zone (SLABKIT_ZONE_PAGES) is full. */
 const char *page_refusal(void);
+/* Pages given back to the OS so far (cumulative). */
+uint64_t page_returned_pages(void);
 
 /* Object layers register a reclaim callback run when the page layer runs
  * short (before it reports failure): returns bytes it freed. */

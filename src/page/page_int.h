@@ -7,11 +7,16 @@
  *   pages [256, 258)  struct region_hdr: the region, its links, and (iBuddy)
  *                     the bitmaps of free / purged / aged frames
  *   pages [258, 322)  struct page_owner[16384], the owner map (page.h)
- *   pages [322, ...)  frames handed out by the back end
- * Descriptors of the first 322 frames stay zero (PAGE_UNUSED).
+ *   pages [322, end)  frames handed out by the back end, committed
+ *   pages [end, 16384) not yet committed: PROT_NONE address space, or (under
+ *                     an address-space limit) not ours at all
+ * Descriptors of the first 322 frames stay zero (PAGE_UNUSED).  The whole
+ * descriptor and owner arrays are mapped (read-only zeros beyond the
+ * committed part), so a lookup of any address in the slot reads a
+ * descriptor and an owner entry, never faults (region.c).
  *
- * Lock order: region_lock -> (zone lock | one space lock) -> nothing.  No
- * path holds two space locks at once. */
+ * Lock order: region_lock -> map_lock; region_lock -> (zone lock | one space
+ * lock) -> nothing.  No path holds two space locks at once. */
 #ifndef SK_PAGE_INT_H
 #define SK_PAGE_INT_H
 
@@ -42,6 +47,13 @@ extern unsigned pcp_high;
 
 struct region_hdr {
     struct region r;                 /* base, next (all regions), first_page, space */
+    /* region.c, written under region_lock (end and reserved with atomic
+     * stores: the back ends read them under their own locks): frames
+     * [first_page, end) are committed; address space is ours up to
+     * reserved (REGION_PAGES, or end under an address-space limit); stuck:
+     * the address space after it is taken. */
+    uint32_t end, reserved;
+    bool stuck;
     struct region_hdr *space_next;   /* regions of the same iBuddy space */
     struct region_hdr *avail_next, *avail_prev;  /* iBuddy: regions with free frames */
     uint32_t nr_free;                /* iBuddy: free frames in this region */
@@ -74,17 +86,34 @@ SK_INLINE uint32_t desc_index(const struct page_desc *d)
 }
 
 /* region.c */
-extern struct sk_lock region_lock;
+extern struct sk_lock region_lock, map_lock;
 extern struct region_hdr *region_list;
 extern uint64_t region_pages_held;
-/* Reserves a new region for `space` (NULL if the OS refuses); takes region_lock. */
-struct region_hdr *region_create(unsigned space);
-/* A bounded zone (SLABKIT_ZONE_PAGES) has no frames left to grow by. */
+/* Growth of a back end that needs a free aligned block of 2^order frames
+ * (run == 0) or a run of `run` frames, of which the last `tail` committed
+ * frames of r are free already: frames committed at the end of r (its
+ * newest region, or NULL), or else in a new region for `space`.  Returns the
+ * region and sets [*from, *to) to the frames that are new (the caller frees
+ * them into its pools); NULL if the OS refuses.  Takes region_lock; call it
+ * with no back-end lock held. */
+struct region_hdr *region_grow(struct region_hdr *r, unsigned space, unsigned order, uint32_t run,
+                               uint32_t tail, uint32_t *from, uint32_t *to);
+/* Commits r's frames up to at least end (in-place growth of a block near
+ * its end); [*from, *to) as above, empty if another thread got there
+ * first.  False if the OS refuses or the region cannot grow so far. */
+bool region_extend(struct region_hdr *r, uint32_t end, uint32_t *from, uint32_t *to);
+/* Gives frames [from, end) of a region that reserves nothing beyond its end
+ * (an address-space limit) back to the OS (munmap); the caller took them
+ * out of its pools first.  False (nothing done) if end is no longer the
+ * region's end or the region has a reservation. */
+bool region_trim(struct region_hdr *r, uint32_t from, uint32_t end);
+
+/* Under an address-space limit, free frames at the end of a region go back
+ * to the OS once there are this many (page_be->trim): as glibc trims the top
+ * of its heap, for the address space the rest of the program can then map. */
+#define TRIM_PAGES 256
+/* The last growth was refused by the bounded zone (SLABKIT_ZONE_PAGES). */
 bool region_zone_full(void);
-/* The end (frame index) of the frames of the new region r a back end may
- * hand out: all of them, or what the bounded zone has left (r->r.first_page:
- * none).  Takes region_lock. */
-uint32_t region_grant(struct region_hdr *r);
 
 /* The operations a back end offers.  All take and drop their own locks.
  * Blocks coming back have been validated by pages.c. */
@@ -95,6 +124,10 @@ struct page_backend {
      * the tails it hands out); counts allocs[order].  NULL if the OS refused
      * memory. */
     struct page_desc *(*alloc)(struct sk_thread *t, unsigned order);
+    /* A run of npages frames (2 < npages < 2^MAX_ORDER, not a power of two)
+     * at any page alignment: head PAGE_USED with order order_for_pages(npages),
+     * counted in allocs of that order.  NULL if the OS refused memory. */
+    struct page_desc *(*alloc_run)(struct sk_thread *t, size_t npages);
     void (*free)(struct page_desc *head, unsigned order);
     /* Contiguous frames [first, first+n), any alignment (alloc_exact's
      * tails, page_free_exact, a shrinking page_resize_exact); counts
@@ -107,6 +140,12 @@ struct page_backend {
      * and changes nothing otherwise.  Counts as free_range does.  The
      * caller marks the claimed descriptors. */
     bool (*claim_range)(struct page_desc *first, size_t n, int count_order, int alloc_order);
+    /* Commits frames of region r up to at least end and frees the new ones
+     * into the pools (region_extend); false if that cannot be done. */
+    bool (*extend)(struct region_hdr *r, uint32_t end);
+    /* At least TRIM_PAGES free frames at r's end leave the pools and go back
+     * to the OS (region_trim); nothing if fewer, or r reserves beyond its end. */
+    void (*trim)(struct region_hdr *r);
     /* Up to n single frames for a lazy list, chained through free.next, kind
      * PAGE_LAZY, order 0; returns how many (0: the OS refused). */
     unsigned (*alloc_batch)(struct sk_thread *t, unsigned n, struct page_desc **chain);

@@ -47,7 +47,8 @@ SK_NOINLINE static void page_init_slow(void)
         os_init();
         page_be = sk_opt.pages == PAGES_BUDDY ? &buddy_backend : &ibuddy_backend;
         page_be->init();
-        page_clock_ms = last_purge_ms = os_now_ms();
+        __atomic_store_n(&page_clock_ms, os_now_ms(), __ATOMIC_RELAXED);
+        __atomic_store_n(&last_purge_ms, page_clock_ms, __ATOMIC_RELAXED);
         __atomic_store_n(&page_ready, 2, __ATOMIC_RELEASE);
     }
     lock_release(&init_lock);
@@ -72,18 +73,36 @@ static void freed_raise(int64_t n, int64_t floor)
         __atomic_compare_exchange_n(&freed_since_purge, &n, floor, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
+/* Under an address-space limit, free frames at the end of a region go back
+ * to the OS: after a large free in it, and at every purge pass. */
+static void trim_after_free(struct page_desc *d, size_t npages)
+{
+    if (npages >= TRIM_PAGES / 4 && page_tight())
+        page_be->trim(region_of_desc(d));
+}
+
+static void trim_all(void)
+{
+    if (!page_tight())
+        return;
+    for (struct region_hdr *r = __atomic_load_n(&region_list, __ATOMIC_ACQUIRE); r;
+         r = (struct region_hdr *)r->r.next)
+        page_be->trim(r);
+}
+
 /* One purge pass (all: ignore the delay, single frames too), purge_lock
  * held; returns the pages given back. */
 static size_t purge_pass(bool all, uint64_t now)
 {
     __atomic_store_n(&page_clock_ms, now, __ATOMIC_RELAXED);
-    last_purge_ms = now;
+    __atomic_store_n(&last_purge_ms, now, __ATOMIC_RELAXED);
     /* A full pass leaves nothing dirty.  A timed pass leaves the recent
      * frees, so it keeps their count, but ends the credit of older growth. */
     if (all)
         __atomic_store_n(&freed_since_purge, 0, __ATOMIC_RELAXED);
     else
         freed_raise(__atomic_load_n(&freed_since_purge, __ATOMIC_RELAXED), 0);
+    trim_all();
     size_t pages = page_be->purge(all, now);
     if (pages)
         __atomic_fetch_add(&page_pages_returned, pages, __ATOMIC_RELAXED);
@@ -97,7 +116,7 @@ SK_NOINLINE void page_purge_check(void)
     if (tick_hook)
         tick_hook(now);                  /* no page-layer lock held here */
     /* A pass at most every 100 ms: it walks the free lists / bitmaps. */
-    if (sk_opt.return_mode == RETURN_OFF || now - last_purge_ms < 100)
+    if (sk_opt.return_mode == RETURN_OFF || now - __atomic_load_n(&last_purge_ms, __ATOMIC_RELAXED) < 100)
         return;
     if (!lock_try(&purge_lock))
         return;                          /* someone else is purging */
@@ -161,6 +180,8 @@ size_t page_reap(void)
     return pages << PAGE_SHIFT;
 }
 
+uint64_t page_returned_pages(void) { return __atomic_load_n(&page_pages_returned, __ATOMIC_RELAXED); }
+
 void page_set_reclaim_hook(size_t (*hook)(void)) { reclaim_hook = hook; }
 
 const char *page_refusal(void)
@@ -171,13 +192,22 @@ void page_set_tick_hook(void (*hook)(uint64_t now)) { tick_hook = hook; }
 
 /* ---- allocation -------------------------------------------------------- */
 
-/* A block of 2^order frames, head PAGE_USED; the caller marks its tails. */
-static struct page_desc *page_alloc_block(unsigned order, int flags)
+/* A block of 2^order frames, or (run != 0) a run of that many frames at any
+ * alignment; head PAGE_USED; the caller marks its tails. */
+static struct page_desc *page_alloc_block(unsigned order, size_t run, int flags)
 {
     page_init();
     struct sk_thread *t = thread_self();
     for (int attempt = 0;; attempt++) {
-        if (order == 0 && t->state == THREAD_LIVE) {
+        if (OS_FAULT(FAULT_PAGES)) {
+            /* test builds: this attempt is refused */
+        } else if (run) {
+            struct page_desc *d = page_be->alloc_run(t, run);
+            if (d) {
+                page_note_freed(-(int64_t)run);
+                return d;
+            }
+        } else if (order == 0 && t->state == THREAD_LIVE) {
             if (t->pcp_head || pcp_refill(t)) {
                 struct page_desc *d = t->pcp_head;
                 t->pcp_head = d->free.next;
@@ -208,7 +238,7 @@ SK_NOINLINE static void *page_alloc_slow(unsigned order, int flags)
         errno = EINVAL;
         return NULL;
     }
-    struct page_desc *d = page_alloc_block(order, flags);
+    struct page_desc *d = page_alloc_block(order, 0, flags);
     if (!d)
         return NULL;
     page_mark_tails(d, (size_t)1 << order);
@@ -217,6 +247,10 @@ SK_NOINLINE static void *page_alloc_slow(unsigned order, int flags)
 
 void *page_alloc(unsigned order, int flags)
 {
+#ifdef SK_FAULT_INJECT
+    if (os_fault_hook)
+        return page_alloc_slow(order, flags);   /* every request asks the hook */
+#endif
     if (likely(order == 0)) {
         /* The fast path: pop the thread's lazy list (a load, two stores and
          * the counter; exited threads have no list and miss). */
@@ -244,7 +278,7 @@ void *page_alloc_exact(size_t npages, int flags)
         return page_alloc(0, flags);
     /* Only the tails handed out are marked; the excess goes straight back
      * (its descriptors still say nothing, as inside a free block). */
-    struct page_desc *d = page_alloc_block(order, flags);
+    struct page_desc *d = page_alloc_block(order, 0, flags);
     if (!d)
         return NULL;
     page_mark_tails(d, npages);
@@ -252,6 +286,17 @@ void *page_alloc_exact(size_t npages, int flags)
         page_be->free_range(d + npages, ((size_t)1 << order) - npages, -1, -1);
         page_note_freed((int64_t)((size_t)1 << order) - (int64_t)npages);
     }
+    return page_address(d);
+}
+
+void *page_alloc_run(size_t npages, int flags)
+{
+    if (npages <= 2 || npages > ((size_t)1 << MAX_ORDER) || IS_POW2(npages))
+        return page_alloc_exact(npages, flags);   /* a whole block wastes nothing */
+    struct page_desc *d = page_alloc_block(order_for_pages(npages), npages, flags);
+    if (!d)
+        return NULL;
+    page_mark_tails(d, npages);
     return page_address(d);
 }
 
@@ -315,6 +360,7 @@ SK_NOINLINE static void page_free_slow(struct page_desc *d, unsigned order)
     page_clear_tails(d, 1, (size_t)1 << order);
     page_be->free(d, order);
     page_note_freed((int64_t)1 << order);
+    trim_after_free(d, (size_t)1 << order);
 }
 
 /* The validated block d of `order` goes back: order 0 to the lazy list. */
@@ -376,6 +422,7 @@ void page_free_exact(void *addr, size_t npages)
     page_clear_tails(d, 1, npages);
     page_be->free_range(d, npages, (int)order, -1);
     page_note_freed((int64_t)npages);
+    trim_after_free(d, npages);
 }
 
 /* Growth claims the frames after the block from the back end (claim_range,
@@ -406,12 +453,17 @@ bool page_resize_exact(void *addr, size_t old_npages, size_t new_npages)
         d->order = (uint8_t)new_order;
         page_be->free_range(d + new_npages, old_npages - new_npages, from, to);
         page_note_freed((int64_t)(old_npages - new_npages));
+        trim_after_free(d, old_npages - new_npages);
         return true;
     }
-    if (desc_index(d) + new_npages > REGION_PAGES)
+    uint32_t end = desc_index(d) + (uint32_t)new_npages;
+    if (end > REGION_PAGES)
         return false;                    /* the region ends first */
-    if (!page_be->claim_range(d + old_npages, new_npages - old_npages, from, to))
-        return false;
+    struct region_hdr *r = region_of_desc(d);
+    if (!page_be->claim_range(d + old_npages, new_npages - old_npages, from, to) &&
+        (end <= __atomic_load_n(&r->end, __ATOMIC_RELAXED) || !page_be->extend(r, end) ||
+         !page_be->claim_range(d + old_npages, new_npages - old_npages, from, to)))
+        return false;                    /* a frame in the way is not free (or not committed) */
     page_note_freed(-(int64_t)(new_npages - old_npages));
     page_mark_tails_range(d, old_npages, new_npages);
     d->order = (uint8_t)new_order;
@@ -427,8 +479,8 @@ SK_API void *kmem_pages_alloc(unsigned order, int flags)
         return NULL;
     }
     static int hooks;
-    if (unlikely(!hooks)) {
-        hooks = 1;
+    if (unlikely(!__atomic_load_n(&hooks, __ATOMIC_RELAXED))) {
+        __atomic_store_n(&hooks, 1, __ATOMIC_RELAXED);
         fork_hooks_install();            /* page-API-only programs fork safely too */
     }
     void *p = page_alloc(order, flags);
@@ -462,7 +514,10 @@ void page_fold_thread_counters(struct sk_thread *t)
     __atomic_store_n(&t->pcp_frees, 0, __ATOMIC_RELAXED);
 }
 
-SK_API void slabkit_page_stats(struct slabkit_page_stats *out)
+/* The lazy lists' counts of running threads are read while those threads
+ * change them with plain stores on their fast paths: racy, exact once the
+ * threads have exited. */
+SK_API SK_RACY_READS void slabkit_page_stats(struct slabkit_page_stats *out)
 {
     page_init();
     memset(out, 0, sizeof *out);
@@ -526,6 +581,7 @@ void page_fork_prepare(void)
     lock_acquire(&init_lock);
     lock_acquire(&purge_lock);
     lock_acquire(&region_lock);
+    lock_acquire(&map_lock);
     if (page_be)
         page_be->lock_all();
 }
@@ -534,6 +590,7 @@ void page_fork_parent(void)
 {
     if (page_be)
         page_be->unlock_all();
+    lock_release(&map_lock);
     lock_release(&region_lock);
     lock_release(&purge_lock);
     lock_release(&init_lock);
@@ -543,6 +600,7 @@ void page_fork_child(void)
 {
     if (page_be)
         page_be->reset_locks();
+    lock_reset(&map_lock);
     lock_reset(&region_lock);
     lock_reset(&purge_lock);
     lock_reset(&init_lock);

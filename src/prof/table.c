@@ -1,7 +1,7 @@
 /* table.c — the profile's tables (prof_int.h): sites found by a hash of
  * their stack and label, the live samples by address, the page filter, the
  * peak and the live-bytes curve.  Memory comes straight from the OS
- * (os_map_aligned), so the profiler never calls the allocator it watches,
+ * (os_place), so the profiler never calls the allocator it watches,
  * and a table grows by doubling into a new mapping.
  *
  * The filter: a count of live samples per page, FILTER_SLOTS pages apart
@@ -32,7 +32,7 @@ static size_t filter_slot(uintptr_t p) { return (p >> PAGE_SHIFT) & (FILTER_SLOT
 
 static void *table_map(size_t bytes)
 {
-    return os_map_aligned(ALIGN_UP(bytes, PAGE_SIZE), PAGE_SIZE, false);
+    return os_place(ALIGN_UP(bytes, PAGE_SIZE), PAGE_SIZE, OS_RW);
 }
 
 static void table_unmap(void *p, size_t bytes)

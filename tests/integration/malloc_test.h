@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #pragma GCC diagnostic ignored "-Wformat-zero-length"
 #pragma GCC diagnostic ignored "-Wsign-compare"
 #include "../test.h"
@@ -36,6 +38,43 @@ static inline void require_slabkit(void)
     const char *want = getenv("SLABKIT_DESIGN");
     printf("design %s (asked %s), pages %s\n", d, want ? want : "default",
            getenv("SLABKIT_PAGES") ? getenv("SLABKIT_PAGES") : "default");
+}
+
+/* Runs argv in a child (execv) with stdout and stderr captured in out
+ * (cap bytes with the NUL); glibc: without LD_PRELOAD (the system malloc);
+ * limit_kib: RLIMIT_AS set first, as `ulimit -v` does (0: none).  The exit
+ * status, or 128 + the signal. */
+static inline int run_capture(char *const argv[], bool glibc, size_t limit_kib, char *out, size_t cap)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        if (glibc)
+            unsetenv("LD_PRELOAD");
+        if (limit_kib) {
+            struct rlimit rl = { limit_kib << 10, limit_kib << 10 };
+            setrlimit(RLIMIT_AS, &rl);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(fds[0], out + len, cap - 1 - len)) > 0)
+        len += (size_t)n;
+    out[len] = '\0';
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 /* RssAnon of this process in bytes (0 if /proc is not there). */

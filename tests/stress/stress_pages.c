@@ -135,10 +135,10 @@ int main(void)
     struct slabkit_page_stats base;
     slabkit_page_stats(&base);
     pthread_t th[THREADS];
-    for (int i = 0; i < THREADS; i++) {
-        pthread_mutex_init(&mail[i].lock, NULL);
+    for (int i = 0; i < THREADS; i++)
+        pthread_mutex_init(&mail[i].lock, NULL);   /* all before any thread posts to one */
+    for (int i = 0; i < THREADS; i++)
         pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
-    }
     for (int k = 0; k < 5; k++) {
         usleep(20000);
         struct child_result r;

@@ -26,9 +26,11 @@ static struct slabkit_page_stats stats(void)
 static void take_with_bad_value(void *value)
 {
     setenv("SLABKIT_ZONE_PAGES", value, 1);
-    void *p = kmem_pages_alloc(0, KM_NOSLEEP);
-    /* Unbounded: the first growth takes a whole region. */
-    _exit(p && stats().pages_held > ZONE ? 0 : 1);
+    /* Unbounded: more max-order blocks than the zone would hold. */
+    for (size_t i = 0; i <= (ZONE >> MAX_ORDER); i++)
+        if (!kmem_pages_alloc(MAX_ORDER, KM_NOSLEEP))
+            _exit(1);
+    _exit(stats().pages_held > ZONE ? 0 : 1);
 }
 
 static void test_bad_values(void)
