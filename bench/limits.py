@@ -32,7 +32,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from slabkit import allocators  # noqa: E402
+from slabkit.lab import allocators  # noqa: E402
 
 PY_FILL = r"""
 import sys
