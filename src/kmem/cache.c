@@ -200,7 +200,8 @@ static size_t reclaim_for_pages(void);
 void cache_init(void)
 {
     static int state;      /* 0 never, 1 in progress, 2 done */
-    if (likely(state == 2))
+    /* Acquire: a thread that sees 2 sees everything set up before it. */
+    if (likely(__atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2))
         return;
     static struct sk_lock init_lock = SK_LOCK_INIT;
     lock_acquire(&init_lock);
@@ -208,7 +209,7 @@ void cache_init(void)
         lock_release(&init_lock);
         return;
     }
-    state = 1;
+    __atomic_store_n(&state, 1, __ATOMIC_RELAXED);
     options_init();
     page_init();
     secret_init();
@@ -233,7 +234,7 @@ void cache_init(void)
     if (sk_opt.stats)
         cache_stats_atexit();
     cache_ready = true;
-    state = 2;
+    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
     lock_release(&init_lock);
 }
 

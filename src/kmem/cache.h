@@ -345,6 +345,12 @@ SK_INLINE void *freeptr_decode(const struct kmem_cache *cp, uintptr_t val, const
 
 /* Statistics and slabinfo output (stats.c). */
 void cache_stats_print(int fd);
+/* For a design's stats: read(cpu, acc) for every live thread's state of cp,
+ * under thread_list_lock (the states cannot go away meanwhile).  read is
+ * SK_RACY_READS: the threads keep their counters with plain stores, so
+ * whatever it reads is a value they held; only read, not this walk, is
+ * hidden from TSan, so the locks around it stay visible. */
+void cache_sum_threads(struct kmem_cache *cp, void (*read)(void *cpu, void *acc), void *acc);
 void cache_stats_atexit(void);          /* honours SLABKIT_STATS */
 
 /* Fork hooks over every cache and the core's locks (lock order:

@@ -289,7 +289,7 @@ static size_t huge_cache_bound(void)
 static struct huge_slot huge_slot_take(int i)
 {
     struct huge_slot b = huge_slots[i];
-    huge_cached_bytes -= b.size;
+    __atomic_store_n(&huge_cached_bytes, huge_cached_bytes - b.size, __ATOMIC_RELAXED);   /* peeked without the lock */
     huge_slots[i].p = NULL;
     return b;
 }
@@ -400,7 +400,7 @@ static bool huge_keep(void *p, size_t size, uint64_t since)
             }
             if (free_slot >= 0 && huge_cached_bytes + size <= bound) {
                 huge_slots[free_slot] = (struct huge_slot){ p, size, since };
-                huge_cached_bytes += size;
+                __atomic_store_n(&huge_cached_bytes, huge_cached_bytes + size, __ATOMIC_RELAXED);
                 kept = true;
                 break;
             }

@@ -1501,31 +1501,32 @@ static void slab_thread_exit(struct kmem_cache *cp, void *arg)
     cache_own_free(cpu, sizeof *cpu);
 }
 
-SK_RACY_READS static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+struct slab_sums { uint64_t cached, allocs, frees; };
+
+/* One thread's unfolded counters and rounds, read while it runs. */
+SK_RACY_READS static void slab_cpu_sum(void *arg, void *acc)
+{
+    struct slab_cpu *cpu = arg;
+    struct slab_sums *s = acc;
+    void **top = __atomic_load_n(&cpu->hot->top, __ATOMIC_RELAXED), **base = __atomic_load_n(&cpu->hot->base, __ATOMIC_RELAXED);
+    uint64_t r = (uint64_t)(top - base);
+    struct magazine *p = __atomic_load_n(&cpu->previous, __ATOMIC_RELAXED);
+    uint64_t held = (r <= MAG_MAX_ROUNDS ? r : 0) + mag_count(p);
+    uint64_t f = cpu_frees(cpu);
+    uint64_t in = __atomic_load_n(&cpu->moved_in, __ATOMIC_RELAXED);
+    uint64_t out = __atomic_load_n(&cpu->moved_out, __ATOMIC_RELAXED);
+    s->cached += held;
+    s->frees += f;
+    s->allocs += allocs_of(f, in, out, held);
+}
+
+/* Exact once the other threads have exited (their counters are folded). */
+static void slab_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
 {
     struct slab_cache *sc = SC(cp);
-    uint64_t cached = 0, allocs = 0, frees = 0;
-    /* Other threads' unfolded counters and rounds: read racily (their
-     * structs cannot go away: thread_exit runs under cache_list_lock, which
-     * our caller holds); the numbers are exact once threads have exited. */
-    lock_acquire(&thread_list_lock);
-    for (struct sk_thread *t = thread_list; t; t = t->next) {
-        void **slot = thread_cpu_peek(t, cp->id);
-        struct slab_cpu *cpu = slot ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : NULL;
-        if (!thread_cpu_present(cpu))
-            continue;
-        void **top = __atomic_load_n(&cpu->hot->top, __ATOMIC_RELAXED), **base = __atomic_load_n(&cpu->hot->base, __ATOMIC_RELAXED);
-        uint64_t r = (uint64_t)(top - base);
-        struct magazine *p = __atomic_load_n(&cpu->previous, __ATOMIC_RELAXED);
-        uint64_t held = (r <= MAG_MAX_ROUNDS ? r : 0) + mag_count(p);
-        uint64_t f = cpu_frees(cpu);
-        uint64_t in = __atomic_load_n(&cpu->moved_in, __ATOMIC_RELAXED);
-        uint64_t out = __atomic_load_n(&cpu->moved_out, __ATOMIC_RELAXED);
-        cached += held;
-        frees += f;
-        allocs += allocs_of(f, in, out, held);
-    }
-    lock_release(&thread_list_lock);
+    struct slab_sums sums = { 0, 0, 0 };
+    cache_sum_threads(cp, slab_cpu_sum, &sums);
+    uint64_t cached = sums.cached, allocs = sums.allocs, frees = sums.frees;
 
     struct depot *d = &sc->depot;
     lock_acquire(&d->lock);

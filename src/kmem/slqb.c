@@ -558,6 +558,8 @@ SK_NOINLINE static struct slqb_list *list_create(struct kmem_cache *cp)
         l = cache_own_alloc(sizeof *l);
         if (!l)
             return NULL;
+        l->own_hot.list = l;
+        l->hot = &l->own_hot;      /* slqb_stats may read it once l is on c->all */
         lock_acquire(&c->lists_lock);
         l->all_next = c->all;
         c->all = l;
@@ -940,19 +942,27 @@ static void slqb_cache_fini(struct kmem_cache *cp)
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
-/* Racy sums of other threads' list counters (section 6 above). */
-SK_RACY_READS static void slqb_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+struct slqb_sums { uint64_t allocs, frees, cached; };
+
+/* Racy sums of another thread's list counters (section 6 above); only
+ * this is hidden from TSan, not the lists_lock around it. */
+SK_RACY_READS static void list_sum(const struct slqb_list *l, struct slqb_sums *s)
+{
+    struct slqb_hot *h = LOAD(l->hot);
+    s->allocs += LOAD(l->allocs) + LOAD(h->allocs);
+    s->frees += LOAD(l->frees) + LOAD(h->ticks);
+    s->cached += LOAD(h->nr) + LOAD(l->rnr) + LOAD(l->rf_nr);
+}
+
+static void slqb_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
 {
     struct slqb_cache *c = slqb(cp);
-    uint64_t allocs = LOAD(c->shared_allocs), frees = LOAD(c->shared_frees), cached = 0;
+    struct slqb_sums sums = { LOAD(c->shared_allocs), LOAD(c->shared_frees), 0 };
     lock_acquire(&c->lists_lock);
-    for (struct slqb_list *l = c->all; l; l = l->all_next) {
-        struct slqb_hot *h = LOAD(l->hot);
-        allocs += LOAD(l->allocs) + LOAD(h->allocs);
-        frees += LOAD(l->frees) + LOAD(h->ticks);
-        cached += LOAD(h->nr) + LOAD(l->rnr) + LOAD(l->rf_nr);
-    }
+    for (struct slqb_list *l = c->all; l; l = l->all_next)
+        list_sum(l, &sums);
     lock_release(&c->lists_lock);
+    uint64_t allocs = sums.allocs, frees = sums.frees, cached = sums.cached;
     uint64_t slabs = LOAD(c->slabs), num = slabs * c->objs;
     uint64_t active = allocs > frees ? allocs - frees : 0;
     if (active > num)

@@ -1131,26 +1131,25 @@ static void slub_page_tick(uint64_t now)
     lock_release(&cache_list_lock);
 }
 
-/* Exact once every other thread has exited (their counters are folded);
- * a live thread's counters are read without synchronisation. */
-/* Other threads' counters are read while they run (their fast paths keep
- * them with plain stores): any value read is one they held, and the sums
- * are exact once the threads have exited. */
-SK_RACY_READS static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
+struct slub_sums { uint64_t allocs, frees; };
+
+/* One thread's counters, read while it runs (its fast paths keep them with
+ * plain stores): any value read is one it held. */
+SK_RACY_READS static void slub_cpu_sum(void *arg, void *acc)
+{
+    struct slub_cpu *c = arg;
+    struct slub_sums *s = acc;
+    s->allocs += __atomic_load_n(&c->hot->allocs, __ATOMIC_RELAXED);
+    s->frees += __atomic_load_n(&c->frees, __ATOMIC_RELAXED) + __atomic_load_n(&c->hot->ticks, __ATOMIC_RELAXED);
+}
+
+/* Exact once the other threads have exited (their counters are folded). */
+static void slub_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)
 {
     struct slub_cache *sc = cache_priv(cp);
-    uint64_t allocs = __atomic_load_n(&sc->allocs, __ATOMIC_RELAXED);
-    uint64_t frees = __atomic_load_n(&sc->frees, __ATOMIC_RELAXED);
-    lock_acquire(&thread_list_lock);
-    for (struct sk_thread *t = thread_list; t; t = t->next) {
-        void **slot = thread_cpu_peek(t, cp->id);
-        struct slub_cpu *c = slot ? __atomic_load_n((struct slub_cpu **)slot, __ATOMIC_ACQUIRE) : NULL;
-        if (thread_cpu_present(c)) {
-            allocs += __atomic_load_n(&c->hot->allocs, __ATOMIC_RELAXED);
-            frees += __atomic_load_n(&c->frees, __ATOMIC_RELAXED) + __atomic_load_n(&c->hot->ticks, __ATOMIC_RELAXED);
-        }
-    }
-    lock_release(&thread_list_lock);
+    struct slub_sums sums = { __atomic_load_n(&sc->allocs, __ATOMIC_RELAXED), __atomic_load_n(&sc->frees, __ATOMIC_RELAXED) };
+    cache_sum_threads(cp, slub_cpu_sum, &sums);
+    uint64_t allocs = sums.allocs, frees = sums.frees;
     uint64_t node_free = 0, empty = 0;
     lock_acquire(&sc->lock);
     for (struct page_desc *d = sc->partial_head; d; d = slab_of(d)->next) {

@@ -9,6 +9,7 @@
 #include "debug.h"
 #include "../core/options.h"
 #include "../core/report.h"
+#include "../core/thread.h"
 
 static void cache_collect(struct kmem_cache *cp, struct slabkit_cache_stats *st)
 {
@@ -19,6 +20,20 @@ static void cache_collect(struct kmem_cache *cp, struct slabkit_cache_stats *st)
     st->failures += __atomic_load_n(&cp->failures, __ATOMIC_RELAXED);
     if (debug_on && cp->debug)
         debug_adjust_stats(cp, st);
+}
+
+/* The states cannot go away meanwhile: thread_exit runs under
+ * cache_list_lock, which the stats' caller holds. */
+void cache_sum_threads(struct kmem_cache *cp, void (*read)(void *cpu, void *acc), void *acc)
+{
+    lock_acquire(&thread_list_lock);
+    for (struct sk_thread *t = thread_list; t; t = t->next) {
+        void **slot = thread_cpu_peek(t, cp->id);
+        void *cpu = slot ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : NULL;
+        if (thread_cpu_present(cpu))
+            read(cpu, acc);
+    }
+    lock_release(&thread_list_lock);
 }
 
 SK_API size_t slabkit_cache_foreach(void (*fn)(const struct slabkit_cache_stats *, void *), void *arg)

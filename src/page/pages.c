@@ -514,23 +514,39 @@ void page_fold_thread_counters(struct sk_thread *t)
     __atomic_store_n(&t->pcp_frees, 0, __ATOMIC_RELAXED);
 }
 
-/* The lazy lists' counts of running threads are read while those threads
- * change them with plain stores on their fast paths: racy, exact once the
- * threads have exited. */
-SK_API SK_RACY_READS void slabkit_page_stats(struct slabkit_page_stats *out)
+struct lazy_sums { uint64_t count, allocs, frees; };
+
+/* A running thread's lazy-list counts, which it changes with plain stores on
+ * its fast paths: racy, exact once the threads have exited.  Only this read
+ * is hidden from TSan, not the thread_list_lock around it. */
+SK_RACY_READS static void lazy_add(const struct sk_thread *t, struct lazy_sums *s)
+{
+    s->count += __atomic_load_n(&t->pcp_count, __ATOMIC_RELAXED);
+    s->allocs += __atomic_load_n(&t->pcp_allocs, __ATOMIC_RELAXED);
+    s->frees += __atomic_load_n(&t->pcp_frees, __ATOMIC_RELAXED);
+}
+
+static struct lazy_sums lazy_sums(void)
+{
+    struct lazy_sums s = { 0, 0, 0 };
+    lock_acquire(&thread_list_lock);
+    for (struct sk_thread *t = thread_list; t; t = t->next)
+        lazy_add(t, &s);
+    s.allocs += __atomic_load_n(&exited_allocs0, __ATOMIC_RELAXED);
+    s.frees += __atomic_load_n(&exited_frees0, __ATOMIC_RELAXED);
+    lock_release(&thread_list_lock);
+    return s;
+}
+
+SK_API void slabkit_page_stats(struct slabkit_page_stats *out)
 {
     page_init();
     memset(out, 0, sizeof *out);
     page_be->stats(out);
-    lock_acquire(&thread_list_lock);
-    for (struct sk_thread *t = thread_list; t; t = t->next) {
-        out->pages_lazy += __atomic_load_n(&t->pcp_count, __ATOMIC_RELAXED);
-        out->allocs[0] += __atomic_load_n(&t->pcp_allocs, __ATOMIC_RELAXED);
-        out->frees[0] += __atomic_load_n(&t->pcp_frees, __ATOMIC_RELAXED);
-    }
-    out->allocs[0] += __atomic_load_n(&exited_allocs0, __ATOMIC_RELAXED);
-    out->frees[0] += __atomic_load_n(&exited_frees0, __ATOMIC_RELAXED);
-    lock_release(&thread_list_lock);
+    struct lazy_sums lazy = lazy_sums();
+    out->pages_lazy += lazy.count;
+    out->allocs[0] += lazy.allocs;
+    out->frees[0] += lazy.frees;
     out->pages_held = __atomic_load_n(&region_pages_held, __ATOMIC_RELAXED);
     out->pages_returned = __atomic_load_n(&page_pages_returned, __ATOMIC_RELAXED);
     out->failures = __atomic_load_n(&failures, __ATOMIC_RELAXED);
@@ -541,12 +557,8 @@ SK_API SK_RACY_READS void slabkit_page_stats(struct slabkit_page_stats *out)
 SK_API uint64_t slabkit_pages_in_use(void)
 {
     page_init();
-    uint64_t lazy = 0;
-    lock_acquire(&thread_list_lock);
-    for (struct sk_thread *t = thread_list; t; t = t->next)
-        lazy += __atomic_load_n(&t->pcp_count, __ATOMIC_RELAXED);
-    lock_release(&thread_list_lock);
-    uint64_t held = __atomic_load_n(&region_pages_held, __ATOMIC_RELAXED), idle = page_be->free_pages() + lazy;
+    uint64_t held = __atomic_load_n(&region_pages_held, __ATOMIC_RELAXED);
+    uint64_t idle = page_be->free_pages() + lazy_sums().count;
     return held > idle ? held - idle : 0;    /* racy reads: never below zero */
 }
 
