@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include "cache.h"
+#include "../core/layer.h"
 #include "../core/options.h"
 #include "../core/report.h"
 #include "debug.h"
@@ -196,6 +197,7 @@ static void cache_page_tick(uint64_t now)
 }
 
 static size_t reclaim_for_pages(void);
+static const struct layer_hooks kmem_layer;
 
 void cache_init(void)
 {
@@ -229,6 +231,7 @@ void cache_init(void)
         prof_install();                /* wraps the finished table (SLABKIT_PROF) */
     page_set_reclaim_hook(reclaim_for_pages);
     page_set_tick_hook(cache_page_tick);
+    layer_register(LAYER_KMEM, &kmem_layer);
     fork_hooks_install();
     if (sk_opt.stats)
         cache_stats_atexit();
@@ -367,7 +370,7 @@ SK_API void kmem_cache_destroy(kmem_cache_t *cp)
     cache_internal_free(cp, sizeof *cp + sk_design.cache_priv_size);
 }
 
-void cache_thread_exit(struct sk_thread *t)
+static void cache_thread_exit(struct sk_thread *t)
 {
     lock_acquire(&cache_list_lock);
     for (struct kmem_cache *cp = cache_list; cp; cp = cp->next) {
@@ -804,7 +807,7 @@ void internal_fork_prepare(void);
 void internal_fork_parent(void);
 void internal_fork_child(void);
 
-void cache_fork_prepare(void)
+static void cache_fork_prepare(void)
 {
     lock_acquire(&kmalloc_lock);       /* held while a generic cache is made: before the list */
     lock_acquire(&cache_list_lock);
@@ -818,7 +821,7 @@ void cache_fork_prepare(void)
     large_fork_prepare();
 }
 
-void cache_fork_parent(void)
+static void cache_fork_parent(void)
 {
     large_fork_parent();
     internal_fork_parent();
@@ -832,7 +835,7 @@ void cache_fork_parent(void)
     lock_release(&kmalloc_lock);
 }
 
-void cache_fork_child(void)
+static void cache_fork_child(void)
 {
     large_fork_child();
     internal_fork_child();
@@ -845,6 +848,13 @@ void cache_fork_child(void)
     lock_reset(&kmalloc_lock);
     thread_fork_child();
 }
+
+static const struct layer_hooks kmem_layer = {
+    .fork_prepare = cache_fork_prepare,
+    .fork_parent = cache_fork_parent,
+    .fork_child = cache_fork_child,
+    .thread_exit = cache_thread_exit,
+};
 
 /* --- Identity ------------------------------------------------------------ */
 

@@ -347,10 +347,4 @@ SK_INLINE void *freeptr_decode(const struct kmem_cache *cp, uintptr_t val, const
 void cache_stats_print(int fd);
 void cache_stats_atexit(void);          /* honours SLABKIT_STATS */
 
-/* Fork hooks over every cache and the core's locks (lock order:
- * cache_list_lock -> thread_list_lock -> design locks -> internal -> page layer). */
-void cache_fork_prepare(void);
-void cache_fork_parent(void);
-void cache_fork_child(void);
-
 #endif
