@@ -463,8 +463,8 @@ SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf)
         sk_design.free(cp, buf);
         return;
     }
-    if (d && d->kind == PAGE_SLOB && sk_design.kfree) {
-        /* SLOB shares its pages among all caches: the design checks the rest. */
+    if (d && cache_design_page(d)) {
+        /* Pages shared among all caches (SLOB's): the design checks the rest. */
         sk_design.free(cp, buf);
         return;
     }
@@ -581,7 +581,7 @@ size_t cache_ksize(const void *p)
             return d->cache->size;
         if (d->kind == PAGE_LARGE && p == page_address(d))
             return d->priv[0] << PAGE_SHIFT;
-        if (d->kind == PAGE_SLOB && sk_design.ksize)
+        if (cache_design_page(d))
             return sk_design.ksize(p);
         return 0;
     }
@@ -629,7 +629,7 @@ void cache_kfree(void *p)
             page_free_exact(p, d->priv[0]);
             return;
         }
-        if (d->kind == PAGE_SLOB && sk_design.kfree) {
+        if (cache_design_page(d)) {
             sk_design.kfree(p);
             return;
         }
@@ -717,8 +717,8 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size)
             if (!(d->cache->flags & CACHE_KMALLOC))
                 sk_report_buffer("kmem_free: buffer belongs to a kmem_cache, not to kmem_alloc", buf,
                                  d->cache->name, "free it with kmem_cache_free");
-        } else if (d && d->kind == PAGE_SLOB) {
-            match = ALIGN_UP(size ? size : 1, 2) == have;  /* SLOB kmalloc: its size header, in 2-byte units */
+        } else if (d && cache_design_page(d)) {
+            match = ALIGN_UP(size ? size : 1, sk_design.kmalloc_unit) == have;
         } else {
             /* Large blocks are whole pages, rounded to their class (large.c);
              * huge ones whole pages, or a cached block a little larger. */
@@ -727,7 +727,7 @@ SK_NOINLINE static void kmem_free_slow(void *buf, size_t size)
                     (!d && large_huge_fits(size, have));
         }
         struct page_desc *h = page_head_of(buf);
-        if (debug_on && h && (h->kind == PAGE_SLAB || h->kind == PAGE_SLOB || h->kind == PAGE_GUARDED))
+        if (debug_on && h && (h->kind == PAGE_SLAB || cache_design_page(h) || h->kind == PAGE_GUARDED))
             match = size == have;         /* the debug layer knows the exact size asked for */
         if (!match)
             sk_report_buffer("kmem_free: size does not match the allocation", buf,

@@ -103,10 +103,29 @@ struct design_ops {
     void (*tick)(uint64_t now);
 
     /* Optional (SLOB): a design-specific kmalloc, used instead of the generic
-     * caches when non-NULL. kfree_hdr gets pointers on PAGE_SLOB pages. */
+     * caches when non-NULL; kfree and ksize get the pointers on the design's
+     * own pages (page_kind below). */
     void *(*kmalloc)(size_t size, size_t align, int flags);
     void  (*kfree)(void *p);
     size_t (*ksize)(const void *p);
+
+    /* What the core and the debug layer need to know of a design (0 or
+     * false: the common case). */
+    /* The kind of the design's own pages, which no one cache owns (SLOB's
+     * PAGE_SLOB, shared by every cache and its kmalloc): pointers on them go
+     * to its free, kfree and ksize (cache_design_page). */
+    uint8_t page_kind;
+    /* With page_kind: its kmalloc rounds sizes up to a multiple of this
+     * (SLOB: 2-byte units), which kmem_free's size check allows for. */
+    uint8_t kmalloc_unit;
+    /* A freed object's bytes join free space shared by every size (SLOB:
+     * block headers land anywhere in it), so the debug layer cannot check a
+     * free object's poison when it is allocated again. */
+    bool shares_free_bytes;
+    /* With kmalloc: under the debug layer, requests of this many bytes and
+     * up get whole pages (cache_large_alloc) instead (SLOB: half a page,
+     * beyond which a block and its redzone and trailer hardly share a page). */
+    size_t debug_pages_from;
 
     /* Optional: free, given the owner entry of obj's frame (page.h: set by
      * the design with page_owner_set), which the caller has looked up (its
@@ -135,6 +154,12 @@ struct design_ops {
 };
 
 extern struct design_ops sk_design __attribute__((visibility("hidden")));  /* the active design (a copy) */
+
+/* Whether d is one of the active design's own pages (design_ops.page_kind). */
+SK_INLINE bool cache_design_page(const struct page_desc *d)
+{
+    return sk_design.page_kind != PAGE_UNUSED && d->kind == sk_design.page_kind;
+}
 extern struct sk_lock cache_list_lock;
 extern struct kmem_cache *cache_list;
 

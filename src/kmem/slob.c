@@ -34,7 +34,7 @@
  * header, later splits write headers anywhere inside it) and may be handed to
  * any other cache or kmalloc size before this cache sees it again, so poison
  * written by the debug layer at free cannot be verified at allocation under
- * SLOB (the debug layer must skip that check when sk_design.kmalloc != NULL).
+ * SLOB (design_ops.shares_free_bytes tells the debug layer to skip that check).
  *
  * Checks (always on, cheap): kfree validates the header (size sane, check word
  * intact); every free walks the page's free list for address-ordered
@@ -662,4 +662,8 @@ const struct design_ops slob_design = {
     .kmalloc = slob_kmalloc,
     .kfree = slob_kfree,
     .ksize = slob_ksize,
+    .page_kind = PAGE_SLOB,
+    .kmalloc_unit = SLOB_UNIT,
+    .shares_free_bytes = true,
+    .debug_pages_from = PAGE_SIZE / 2,
 };
