@@ -8,9 +8,11 @@
  * so a call through it is one load and an indirect call.  Adding a design is
  * one new file plus one line in the table in cache.c.
  *
- * What is common lives here and in cache.c once: creation and destruction
- * (name, size, align, ctor/dtor, ids, the global cache list), kmem_alloc /
- * kmem_free / kmalloc dispatch, the size classes, statistics, reporting.
+ * What is common lives here once: creation and destruction (name, size,
+ * align, ctor/dtor, ids, the global cache list; cache.c), the size classes
+ * and the kmalloc family (kmalloc.c), reap and memory return (reclaim.c),
+ * fork (atfork.c), statistics (stats.c), the library's own small
+ * allocations (internal.c), large blocks kept for reuse (large.c).
  *
  * Pointer ownership: every page of a slab has page_desc.kind == PAGE_SLAB and
  * page_desc.cache set, and its owner entry (page.h) names the cache too, so
@@ -166,8 +168,17 @@ extern struct kmem_cache *cache_list;
 /* The designs. */
 extern const struct design_ops slab_design, slub_design, slob_design, slqb_design;
 
-void cache_init(void);                   /* idempotent: options, page layer, design, generic caches */
+void cache_init(void);                   /* idempotent: options, page layer, design, hooks */
 extern bool cache_ready;
+
+/* A new cache (kmem_cache_create, the generic caches), or NULL if it cannot
+ * be made; id: its per-thread state index, or -1 for the first free one. */
+struct kmem_cache *cache_create(const char *name, size_t size, size_t align,
+                                void (*ctor)(void *, size_t), void (*dtor)(void *, size_t),
+                                unsigned flags, int id);
+/* Hand t's state for cp back to the shared layer: t has exited, or cp is
+ * being destroyed and must not be in use, or t is the caller (reap). */
+void cache_flush_slot(struct kmem_cache *cp, struct sk_thread *t);
 
 /* --- Generic size classes ------------------------------------------------
  * 8-byte steps to 64, four classes per doubling to 1 KiB (never more than 25%
@@ -182,6 +193,8 @@ extern bool cache_ready;
 #define KMALLOC_MID_SHIFT 5
 #define KMALLOC_MID_STEP  (1u << KMALLOC_MID_SHIFT)
 extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];   /* NULL until first used */
+void kmalloc_init(void);                 /* the size-class tables (cache_init) */
+extern struct sk_lock kmalloc_lock;      /* serialises making a generic cache */
 
 /* large.c: freed large blocks kept for reuse, by size class. */
 size_t large_pages_round(size_t npages);        /* the class's page count (what to allocate) */
@@ -331,6 +344,8 @@ size_t cache_reap_all(void);
  * kmem_reap() is the gentle form. */
 extern int cache_reap_urgent;
 size_t cache_reap_all_urgent(void);
+/* Installs the page layer's reclaim and timed-check hooks (cache_init). */
+void cache_reclaim_init(void);
 
 /* alloc returned NULL for cp: KM_NOSLEEP counts the failure and returns NULL;
  * KM_SLEEP reaps every cache, retries once, and reports and aborts if the OS
@@ -371,5 +386,14 @@ SK_INLINE void *freeptr_decode(const struct kmem_cache *cp, uintptr_t val, const
 /* Statistics and slabinfo output (stats.c). */
 void cache_stats_print(int fd);
 void cache_stats_atexit(void);          /* honours SLABKIT_STATS */
+
+/* The object layer's fork hooks (atfork.c), over every lock of the layer;
+ * and those of the internal allocator (internal.c), which they call. */
+void cache_fork_prepare(void);
+void cache_fork_parent(void);
+void cache_fork_child(void);
+void internal_fork_prepare(void);
+void internal_fork_parent(void);
+void internal_fork_child(void);
 
 #endif
