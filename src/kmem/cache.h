@@ -90,9 +90,9 @@ struct design_ops {
 
     /* Give back free memory beyond the working set; bytes released. */
     size_t (*reap)(struct kmem_cache *cp);
-    /* Return the thread's per-cache state `cpu` (from sk_thread.cpu) to the
-     * shared layer and release it. Called at thread exit, at destroy, in a
-     * fork child for dead threads. */
+    /* Return a thread's per-cache state `cpu` (from sk_thread.cpu) to the
+     * shared layer and release it.  Called at the thread's exit, at destroy,
+     * and by an urgent reap for the calling thread's own state. */
     void (*thread_exit)(struct kmem_cache *cp, void *cpu);
     void (*stats)(struct kmem_cache *cp, struct slabkit_cache_stats *out);
     /* Fork: lock/unlock every lock the design holds for cp. */
@@ -196,23 +196,6 @@ extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];   /* NULL until first
 void kmalloc_init(void);                 /* the size-class tables (cache_init) */
 extern struct sk_lock kmalloc_lock;      /* serialises making a generic cache */
 
-/* large.c: freed large blocks kept for reuse, by size class. */
-size_t large_pages_round(size_t npages);        /* the class's page count (what to allocate) */
-void *large_cache_take(size_t npages);          /* a cached block of exactly npages (a class), or NULL */
-bool large_cache_put(struct page_desc *d);      /* keeps the PAGE_LARGE block at d, or false */
-void large_block_init(struct page_desc *d);     /* a new PAGE_LARGE block: cacheable when freed */
-void large_block_resized(struct page_desc *d);  /* realloc resized it in place: never cached */
-size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
-void *large_huge_take(size_t size);             /* a cached huge block resized to size (marked used), or NULL */
-bool large_huge_put(void *p);                   /* keeps the freed huge block p, or false */
-void large_huge_new(void *p);                   /* p a new huge block (it may be kept once freed) */
-bool large_huge_fits(size_t asked, size_t have); /* a cached block of have bytes serves asked uncut */
-void large_tick(uint64_t now);                  /* the page layer's timed check: idle blocks back */
-size_t large_cache_bytes(void);                 /* page-layer blocks kept */
-size_t large_huge_bytes(void);                  /* huge blocks kept */
-void large_fork_prepare(void);
-void large_fork_parent(void);
-void large_fork_child(void);
 /* Generic class c's cache, created on first use; NULL if it cannot be made
  * (out of memory).  Slow paths only: the fast tables below hold it once made. */
 struct kmem_cache *kmalloc_cache_get(unsigned c);
@@ -251,13 +234,31 @@ SK_INLINE struct kmem_cache *kmalloc_cache_fast(size_t size)
  * (exact pages, PAGE_LARGE) up to 2^MAX_ORDER pages, the OS beyond.
  * align: power of two; 0 means the natural alignment of the class. */
 void *cache_kmalloc(size_t size, size_t align, int flags);
-void  cache_kfree(void *p);
+void  cache_kfree(void *p);                  /* any pointer from cache_kmalloc; reports bad ones */
 /* The generic-cache kmalloc, bypassing a design's or the debug layer's own. */
 void *cache_generic_kmalloc(size_t size, size_t align, int flags);
 /* Whole pages for one block (PAGE_LARGE, page count in priv[0]; freed by
  * cache_kfree), or the OS beyond the largest order.  For designs' kmalloc. */
-void *cache_large_alloc(size_t size, size_t align, int flags);                  /* any pointer from cache_kmalloc; reports bad ones */
+void *cache_large_alloc(size_t size, size_t align, int flags);
 size_t cache_ksize(const void *p);           /* usable size; 0 if not ours */
+
+/* large.c: freed large blocks kept for reuse, by size class. */
+size_t large_pages_round(size_t npages);        /* the class's page count (what to allocate) */
+void *large_cache_take(size_t npages);          /* a cached block of exactly npages (a class), or NULL */
+bool large_cache_put(struct page_desc *d);      /* keeps the PAGE_LARGE block at d, or false */
+void large_block_init(struct page_desc *d);     /* a new PAGE_LARGE block: cacheable when freed */
+void large_block_resized(struct page_desc *d);  /* realloc resized it in place: never cached */
+size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
+void *large_huge_take(size_t size);             /* a cached huge block resized to size (marked used), or NULL */
+bool large_huge_put(void *p);                   /* keeps the freed huge block p, or false */
+void large_huge_new(void *p);                   /* p a new huge block (it may be kept once freed) */
+bool large_huge_fits(size_t asked, size_t have); /* a cached block of have bytes serves asked uncut */
+void large_tick(uint64_t now);                  /* the page layer's timed check: idle blocks back */
+size_t large_cache_bytes(void);                 /* page-layer blocks kept */
+size_t large_huge_bytes(void);                  /* huge blocks kept */
+void large_fork_prepare(void);
+void large_fork_parent(void);
+void large_fork_child(void);
 
 /* The per-thread state of cp for this thread, or NULL if it has none (yet,
  * or any more: the thread has exited).  For slow paths. */
