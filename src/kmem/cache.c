@@ -29,13 +29,6 @@ struct sk_lock cache_list_lock = SK_LOCK_INIT;
 struct kmem_cache *cache_list;
 bool cache_ready;
 
-static const struct design_ops *const designs[DESIGN_COUNT] = {
-    [DESIGN_SLAB] = &slab_design,
-    [DESIGN_SLUB] = &slub_design,
-    [DESIGN_SLOB] = &slob_design,
-    [DESIGN_SLQB] = &slqb_design,
-};
-
 /* --- Cache ids ----------------------------------------------------------- */
 
 #define CACHE_IDS 65536
@@ -111,7 +104,7 @@ void cache_init(void)
     secret_init();
     kmalloc_init();
     id_reserve_generic();
-    sk_design = *designs[sk_opt.design];
+    sk_design = *cache_design_chosen();
     if (sk_design.init)
         sk_design.init();
     if (sk_opt.debug)

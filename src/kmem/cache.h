@@ -6,7 +6,8 @@
  * file (slab.c, slub.c, slob.c, slqb.c) exporting one `const struct
  * design_ops <name>_design`; cache.c copies the chosen table into `sk_design`
  * so a call through it is one load and an indirect call.  Adding a design is
- * one new file plus one line in the table in cache.c.
+ * one new file plus one line in the list in designs.c, which everything
+ * else reads (slabkit_designs()).
  *
  * What is common lives here once: creation and destruction (name, size,
  * align, ctor/dtor, ids, the global cache list; cache.c), the size classes
@@ -165,8 +166,10 @@ SK_INLINE bool cache_design_page(const struct page_desc *d)
 extern struct sk_lock cache_list_lock;
 extern struct kmem_cache *cache_list;
 
-/* The designs. */
+/* The designs, and the one chosen by SLABKIT_DESIGN (designs.c: the list;
+ * an unknown name gets a warning and the default, the list's first). */
 extern const struct design_ops slab_design, slub_design, slob_design, slqb_design;
+const struct design_ops *cache_design_chosen(void);
 
 void cache_init(void);                   /* idempotent: options, page layer, design, hooks */
 extern bool cache_ready;
