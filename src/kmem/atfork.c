@@ -7,14 +7,20 @@
 #include "cache.h"
 #include "debug.h"
 
+/* The design's per-cache hook (it may have none) over every cache. */
+static void each_cache(void (*hook)(struct kmem_cache *cp))
+{
+    if (hook)
+        for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
+            hook(cp);
+}
+
 void cache_fork_prepare(void)
 {
     lock_acquire(&kmalloc_lock);       /* held while a generic cache is made: before the list */
     lock_acquire(&cache_list_lock);
     thread_fork_prepare();
-    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
-        if (sk_design.fork_prepare)
-            sk_design.fork_prepare(cp);
+    each_cache(sk_design.fork_prepare);
     if (debug_on)
         debug_fork_prepare();
     internal_fork_prepare();
@@ -27,9 +33,7 @@ void cache_fork_parent(void)
     internal_fork_parent();
     if (debug_on)
         debug_fork_parent();
-    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
-        if (sk_design.fork_parent)
-            sk_design.fork_parent(cp);
+    each_cache(sk_design.fork_parent);
     thread_fork_parent();
     lock_release(&cache_list_lock);
     lock_release(&kmalloc_lock);
@@ -41,9 +45,7 @@ void cache_fork_child(void)
     internal_fork_child();
     if (debug_on)
         debug_fork_child();
-    for (struct kmem_cache *cp = cache_list; cp; cp = cp->next)
-        if (sk_design.fork_child)
-            sk_design.fork_child(cp);
+    each_cache(sk_design.fork_child);
     lock_reset(&cache_list_lock);
     lock_reset(&kmalloc_lock);
     thread_fork_child();
