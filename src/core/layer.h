@@ -6,7 +6,7 @@
  *
  * Order.  A layer's level is its place in the library's lock order, top
  * down (every path takes locks in this order, so fork may take them all):
- *   LAYER_KMEM  the object layer (kmem/fork.c): kmalloc_lock -> cache_list_lock
+ *   LAYER_KMEM  the object layer (kmem/atfork.c): kmalloc_lock -> cache_list_lock
  *               -> thread list and pool (thread.c) -> each cache's design locks
  *               -> debug layer -> internal allocator -> large blocks
  *   LAYER_PAGE  the page layer (pages.c): init -> purge -> region -> map -> back end
