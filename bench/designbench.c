@@ -58,12 +58,13 @@
 #include "bench.h"
 
 #define MAX_THREADS 8
-static const char *const DESIGNS[] = { "slab", "slub", "slob", "slqb" };
+static const char *const *DESIGNS;     /* the library's (slabkit_designs()), nd of them */
 static const char *const PAGES[] = { "buddy", "ibuddy" };
 static const int THREADS[] = { 1, 2, 4 };
 /* "zone": fileio again, in a bounded page layer (SLABKIT_ZONE_PAGES, --zone). */
 static const char *const WORKLOADS[] = { "fileio", "memory", "zone" };
-#define ND 4
+#define MAXD 8                         /* designs the tables have room for */
+static int nd;
 #define NP 2
 #define NT 3
 #define NW 3
@@ -739,9 +740,9 @@ static const double METRIC_SCALE[NM] = { 1000, 1000, 1, 1, 1, 100, 100, 1.0 / 10
 static unsigned long long zone_pages = ZONE_DEFAULT;
 
 #define MAXREP 9
-static double res[NW][ND][NP][NT][MAXREP][NM];
-static int nres[NW][ND][NP][NT];
-static bool missing[ND], failed;
+static double res[NW][MAXD][NP][NT][MAXREP][NM];
+static int nres[NW][MAXD][NP][NT];
+static bool missing[MAXD], failed;
 static const char *self_exe = "/proc/self/exe";
 
 static double json_num(const char *line, const char *key)
@@ -849,7 +850,7 @@ static void print_table(int w, int m)
             printf(" %19s", h);
         }
     printf("\n");
-    for (int d = 0; d < ND; d++) {
+    for (int d = 0; d < nd; d++) {
         if (missing[d])
             continue;
         printf("%-6s", DESIGNS[d]);
@@ -878,16 +879,16 @@ static const struct criterion CRIT[] = {
     { "Unused (I/O)", 0, M_ENDFRAG }, { "Time (transf.)", 1, M_WALL }, { "Memory (transf.)", 1, M_PEAK },
 };
 #define NC (sizeof CRIT / sizeof CRIT[0])
-static double score[NC][ND], noise[NC][ND];
-static int rank_of[NC][ND];
-static bool rank_tie[NC][ND];
+static double score[NC][MAXD], noise[NC][MAXD];
+static int rank_of[NC][MAXD];
+static bool rank_tie[NC][MAXD];
 
 static void rank_all(void)
 {
     for (size_t c = 0; c < NC; c++) {
         int w = CRIT[c].w, m = CRIT[c].m;
         bool counts = m == M_FRAG;
-        for (int d = 0; d < ND; d++) {
+        for (int d = 0; d < nd; d++) {
             score[c][d] = counts ? 0 : 1;
             noise[c][d] = counts ? 1 : 0.03;
         }
@@ -895,7 +896,7 @@ static void rank_all(void)
         for (int p = 0; p < NP; p++)
             for (int t = 0; t < NT; t++) {
                 double best = INFINITY;
-                for (int d = 0; d < ND; d++) {
+                for (int d = 0; d < nd; d++) {
                     double sp, md = missing[d] ? NAN : median(w, d, p, t, m, &sp);
                     if (!isnan(md) && md < best)
                         best = md;
@@ -903,7 +904,7 @@ static void rank_all(void)
                 if (!isfinite(best))
                     continue;
                 cells++;
-                for (int d = 0; d < ND; d++) {
+                for (int d = 0; d < nd; d++) {
                     if (missing[d])
                         continue;
                     double sp, md = median(w, d, p, t, m, &sp);
@@ -920,18 +921,18 @@ static void rank_all(void)
                     }
                 }
             }
-        for (int d = 0; d < ND; d++) {
+        for (int d = 0; d < nd; d++) {
             if (missing[d] || !cells)
                 continue;
             score[c][d] = counts ? score[c][d] / cells : pow(score[c][d], 1.0 / cells);
         }
         /* Rank: 1 + designs clearly better; equal ranks are ties. */
-        for (int d = 0; d < ND; d++) {
+        for (int d = 0; d < nd; d++) {
             if (missing[d])
                 continue;
             int better = 0;
             rank_tie[c][d] = false;
-            for (int e = 0; e < ND; e++) {
+            for (int e = 0; e < nd; e++) {
                 if (e == d || missing[e])
                     continue;
                 double tol = noise[c][d] > noise[c][e] ? noise[c][d] : noise[c][e];
@@ -954,7 +955,7 @@ static void print_ranking(void)
     for (size_t c = 0; c < NC; c++)
         printf(" %16s", CRIT[c].title);
     printf("\n");
-    for (int d = 0; d < ND; d++) {
+    for (int d = 0; d < nd; d++) {
         if (missing[d])
             continue;
         printf("%-6s", DESIGNS[d]);
@@ -978,7 +979,7 @@ static void print_json(void)
     printf("{\"benchmark\": \"designbench\", \"scale\": %g, \"zone_pages\": %llu, \"results\": [", scale, zone_pages);
     bool first = true;
     for (int w = 0; w < NW; w++)
-        for (int d = 0; d < ND; d++)
+        for (int d = 0; d < nd; d++)
             for (int p = 0; p < NP; p++)
                 for (int t = 0; t < NT; t++) {
                     if (missing[d] || !nres[w][d][p][t])
@@ -998,13 +999,13 @@ static void print_json(void)
                 }
     printf("\n], \"missing\": [");
     first = true;
-    for (int d = 0; d < ND; d++)
+    for (int d = 0; d < nd; d++)
         if (missing[d]) {
             printf("%s\"%s\"", first ? "" : ", ", DESIGNS[d]);
             first = false;
         }
     printf("], \"ranking\": {");
-    for (int d = 0, fd = 1; d < ND; d++) {
+    for (int d = 0, fd = 1; d < nd; d++) {
         if (missing[d])
             continue;
         printf("%s\"%s\": {", fd ? "" : ", ", DESIGNS[d]);
@@ -1020,8 +1021,8 @@ static void print_json(void)
 static void usage(void)
 {
     printf("usage: designbench [--full] [--json] [--repeats N] [--scale X] [--zone FRAMES]\n"
-           "  Runs the fileio-like and memory-like workloads on every built design (slab, slub, slob,\n"
-           "  slqb) x page allocator (buddy, ibuddy) x 1, 2, 4 threads, each in its own process,\n"
+           "  Runs the fileio-like and memory-like workloads on every design of the library (slabkit\n"
+           "  designs) x page allocator (buddy, ibuddy) x 1, 2, 4 threads, each in its own process,\n"
            "  interleaved, and fileio again in a bounded page layer (SLABKIT_ZONE_PAGES) for the\n"
            "  fragmentation events; prints median tables and the paper's ranking (Table 3).\n"
            "  --full     5 repetitions and twice the work (default: 3 repetitions)\n"
@@ -1038,6 +1039,13 @@ int main(int argc, char **argv)
     bool json = false;
     const char *child_wl = NULL, *want_design = NULL;
     int child_threads = 1;
+    DESIGNS = slabkit_designs();
+    while (DESIGNS[nd] && nd < MAXD)
+        nd++;
+    if (DESIGNS[nd]) {
+        fprintf(stderr, "designbench: the library has more than %d designs: raise MAXD\n", MAXD);
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--child") && i + 2 < argc) {
             child_wl = argv[++i];
@@ -1083,7 +1091,7 @@ int main(int argc, char **argv)
 
     char line[4096];
     int present = 0;
-    for (int d = 0; d < ND; d++) {
+    for (int d = 0; d < nd; d++) {
         run_child(DESIGNS[d], PAGES[0], "probe", 1, true, line, sizeof line);
         missing[d] = json_num(line, "missing") != 0;
         present += !missing[d];
@@ -1104,8 +1112,8 @@ int main(int argc, char **argv)
         for (int w = 0; w < NW; w++)
             for (int t = 0; t < NT; t++)
                 for (int p = 0; p < NP; p++)
-                    for (int k = 0; k < ND; k++) {
-                        int d = (k + r) % ND;          /* rotate the order between repetitions */
+                    for (int k = 0; k < nd; k++) {
+                        int d = (k + r) % nd;          /* rotate the order between repetitions */
                         if (missing[d] || (w == W_ZONE && !zone_pages))
                             continue;
                         int rc = run_child(DESIGNS[d], PAGES[p], WORKLOADS[w], THREADS[t], false, line, sizeof line);

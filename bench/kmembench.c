@@ -29,20 +29,6 @@
 #include "kmem/cache.h"
 #include "bench.h"
 
-/* Link every design whose source exists (the core refers to them weakly). */
-#if __has_include("kmem/slab.c")
-const void *volatile link_slab = &slab_design;
-#endif
-#if __has_include("kmem/slub.c")
-const void *volatile link_slub = &slub_design;
-#endif
-#if __has_include("kmem/slob.c")
-const void *volatile link_slob = &slob_design;
-#endif
-#if __has_include("kmem/slqb.c")
-const void *volatile link_slqb = &slqb_design;
-#endif
-
 static volatile uintptr_t sink;
 
 /* --- 1. Bonwick's object ---------------------------------------------------- */

@@ -172,7 +172,7 @@ def main():
     if not os.path.exists(os.path.join(build, "bench", "limitfill")):
         raise BenchError(f"{build}/bench/limitfill is not built (run make)")
     try:
-        cands = allocators.select(allocators.candidates(ROOT, build), args.allocators, ROOT, build)
+        cands = allocators.select(allocators.candidates(build), args.allocators, build)
     except allocators.LabError as e:
         raise BenchError(str(e))
     if not any(a.name == "glibc" for a in cands):

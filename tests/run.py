@@ -22,7 +22,7 @@ import sys
 import time
 
 try:
-    from slabkit.registry import DESIGNS, PAGES, designs_built
+    from slabkit.registry import PAGES, NotBuilt, designs
 except ImportError:
     sys.exit("tests/run.py runs in the build's Python: make test, or build/venv/bin/python tests/run.py")
 
@@ -43,7 +43,6 @@ def cases(build, sanitize, only):
     """(cases to run, [(label, why)] skipped).  A case whose binary is missing
     is kept: running it fails with the reason."""
     out, skipped = [], []
-    built = designs_built(ROOT)
     for tier in ("unit", "stress", "integration"):
         srcdir = os.path.join(ROOT, "tests", tier)
         for src in sorted(f for f in os.listdir(srcdir) if f.endswith(".c")):
@@ -55,12 +54,9 @@ def cases(build, sanitize, only):
             if h["preload"] and sanitize:
                 skipped.append((f"{tier}/{name}", "runs under LD_PRELOAD, which a sanitizer build cannot"))
                 continue
-            designs = DESIGNS if "designs" in h["matrix"] else [None]
+            des = designs(build) if "designs" in h["matrix"] else [None]
             pages = PAGES if "pages" in h["matrix"] else [None]
-            for de in designs:
-                if de and de not in built:
-                    skipped.append((f"{tier}/{name} design={de}", f"no src/kmem/{de}.c"))
-                    continue
+            for de in des:
                 for pa in pages:
                     env = dict(os.environ)
                     label = f"{tier}/{name}"
@@ -132,7 +128,10 @@ def main():
     build = os.path.abspath(args.build)
 
     passed = failed = 0
-    todo, skips = cases(build, args.sanitize, args.only)
+    try:
+        todo, skips = cases(build, args.sanitize, args.only)
+    except NotBuilt as e:
+        sys.exit(f"tests/run.py: {e}")
     for label, why in skips:
         print(f"SKIP {label}: {why}", flush=True)
     skipped = len(skips)

@@ -3,8 +3,9 @@
 # tools/pyproject.toml in it, the commands $(BUILD)/bin/slabkit, imas and imasd
 # (links to its console scripts), the workload programs
 # $(BUILD)/bench/workloads/*, the trace recorder $(BUILD)/libslabkit_record.so,
-# the replayer, and $(BUILD)/libexec/slabkit-spawn (slabkit.measure starts
-# measured commands through it; static, so its own resident set is tiny).
+# the replayer, $(BUILD)/libexec/slabkit-spawn (slabkit.measure starts
+# measured commands through it; static, so its own resident set is tiny) and
+# $(BUILD)/libexec/slabkit-designs (the library's designs, for the tools).
 #
 # The workloads and the recorder never link slabkit and are built without
 # sanitizers even when SANITIZE=1: they run under other allocators through
@@ -18,7 +19,8 @@ PY_BIN     := $(BUILD)/bin/slabkit $(BUILD)/bin/imas $(BUILD)/bin/imasd
 
 .PHONY: lab venv
 all: lab
-lab: $(BUILD)/bin/slabkit $(LAB_WL_BIN) $(BUILD)/libslabkit_record.so $(BUILD)/libexec/slabkit-spawn
+lab: $(BUILD)/bin/slabkit $(LAB_WL_BIN) $(BUILD)/libslabkit_record.so $(BUILD)/libexec/slabkit-spawn \
+     $(BUILD)/libexec/slabkit-designs
 venv: $(VENV)/slabkit-build
 
 # The environment: made from $(PYTHON) the first time it is needed, brought up
@@ -47,6 +49,11 @@ $(BUILD)/bench/workloads/replay: tools/record/replay.c tools/record/trace.h
 $(BUILD)/libslabkit_record.so: tools/record/record.c tools/record/trace.h
 	@mkdir -p $(dir $@)
 	$(CC) $(LAB_CFLAGS) -shared -o $@ $< -pthread -ldl
+
+# The library's list of designs, for the tools and scripts (tools/designs).
+$(BUILD)/libexec/slabkit-designs: tools/designs/designs.c $(BUILD)/libslabkit_core.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/libexec/slabkit-spawn: tools/spawn/spawn.c
 	@mkdir -p $(dir $@)

@@ -17,6 +17,9 @@ extern "C" {
  * ("slab", "slub", "slob", "slqb"; "buddy", "ibuddy"). */
 const char *slabkit_design(void);
 const char *slabkit_page_allocator(void);
+/* Every design this library has, by name, the default first; NULL-terminated.
+ * SLABKIT_DESIGN takes these names (`slabkit designs` prints them). */
+const char *const *slabkit_designs(void);
 
 /* Page-layer statistics.  Counts are since start-up. */
 struct slabkit_page_stats {

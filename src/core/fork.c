@@ -1,31 +1,39 @@
 /* fork.c — fork safety.  Before fork every allocator lock is taken in the
- * library's lock order (cache list -> thread list -> per-cache design locks
- * -> internal allocator -> page layer), so the child never inherits a lock held
- * by a thread that does not exist there.  The parent releases them; the child
- * resets them and reclaims the per-thread caches of the threads that did not
- * survive the fork (cache_fork_child calls thread_fork_child). */
+ * library's lock order, layer by layer (layer.h lists it), so the child never
+ * inherits a lock held by a thread that does not exist there.  The parent
+ * releases them; the child resets them, and of the threads only the forking
+ * one lives on there (thread_fork_child: the others' per-thread caches are
+ * left where fork copied them). */
 #include <pthread.h>
-#include "thread.h"
+#include "layer.h"
 #include "report.h"
-#include "../page/page.h"
-#include "../kmem/cache.h"
+#include "thread.h"
 
 static void prepare(void)
 {
-    cache_fork_prepare();
-    page_fork_prepare();
+    for (int l = 0; l < LAYER_COUNT; l++) {
+        const struct layer_hooks *h = layer_at((enum layer)l);
+        if (h && h->fork_prepare)
+            h->fork_prepare();
+    }
 }
 
 static void parent(void)
 {
-    page_fork_parent();
-    cache_fork_parent();
+    for (int l = LAYER_COUNT - 1; l >= 0; l--) {
+        const struct layer_hooks *h = layer_at((enum layer)l);
+        if (h && h->fork_parent)
+            h->fork_parent();
+    }
 }
 
 static void child(void)
 {
-    page_fork_child();
-    cache_fork_child();
+    for (int l = LAYER_COUNT - 1; l >= 0; l--) {
+        const struct layer_hooks *h = layer_at((enum layer)l);
+        if (h && h->fork_child)
+            h->fork_child();
+    }
 }
 
 void fork_hooks_install(void)

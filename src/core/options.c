@@ -8,7 +8,7 @@
 /* Defaults: chosen from the design comparison and the malloc benchmark
  * (docs/benchmarks.md); the README says why. */
 struct sk_options sk_opt = {
-    .design = DESIGN_SLAB,
+    .design = NULL,
     .pages = PAGES_IBUDDY,
     .debug = 0,
     .stats = NULL,
@@ -17,17 +17,14 @@ struct sk_options sk_opt = {
     .prof = { .interval = 0, .dump = NULL, .signal = SIGUSR1 },
 };
 
-static const char *const design_names[DESIGN_COUNT] = { "slab", "slub", "slob", "slqb" };
 static const char *const pages_names[PAGES_COUNT] = { "buddy", "ibuddy" };
 static const char *const return_names[] = { "dontneed", "free", "off" };
 static const char *const debug_names[] = { "audit", "poison", "redzone", "leaks", "guard" };
 static const char *const unwind_names[] = { "fast", "gcc", "check" };
 
-const char *design_name(enum sk_design d) { return d < DESIGN_COUNT ? design_names[d] : "?"; }
 const char *pages_name(enum sk_pages p) { return p < PAGES_COUNT ? pages_names[p] : "?"; }
 
-/* Index of value in names, or -1 after a warning listing the valid ones. */
-static int pick(const char *var, const char *value, const char *const *names, int n)
+int options_pick(const char *var, const char *value, const char *const *names, int n)
 {
     for (int i = 0; i < n; i++)
         if (strcmp(value, names[i]) == 0)
@@ -67,7 +64,7 @@ static unsigned parse_debug(const char *value)
         } else if (strcmp(word, "all") == 0) {
             bits |= DEBUG_ALL;
         } else {
-            int i = pick("SLABKIT_DEBUG", word, debug_names, (int)ARRAY_SIZE(debug_names));
+            int i = options_pick("SLABKIT_DEBUG", word, debug_names, (int)ARRAY_SIZE(debug_names));
             if (i < 0)
                 sk_warn("SLABKIT_DEBUG: 'all' is valid too");
             else
@@ -136,7 +133,7 @@ static void parse_prof(const char *value)
             sk_opt.prof.dump = dump_path;
             on = true;
         } else if (strncmp(word, "unwind=", 7) == 0) {
-            int i = pick("SLABKIT_PROF: unwind", word + 7, unwind_names, (int)ARRAY_SIZE(unwind_names));
+            int i = options_pick("SLABKIT_PROF: unwind", word + 7, unwind_names, (int)ARRAY_SIZE(unwind_names));
             if (i >= 0)
                 sk_opt.prof.unwind = i;
         } else if (strncmp(word, "signal=", 7) == 0) {
@@ -165,18 +162,17 @@ void options_init(void)
     done = 1;
     const char *v;
     int i;
-    if ((v = getenv("SLABKIT_DESIGN")) && *v &&
-        (i = pick("SLABKIT_DESIGN", v, design_names, DESIGN_COUNT)) >= 0)
-        sk_opt.design = (enum sk_design)i;
+    if ((v = getenv("SLABKIT_DESIGN")) && *v)
+        sk_opt.design = v;
     if ((v = getenv("SLABKIT_PAGES")) && *v &&
-        (i = pick("SLABKIT_PAGES", v, pages_names, PAGES_COUNT)) >= 0)
+        (i = options_pick("SLABKIT_PAGES", v, pages_names, PAGES_COUNT)) >= 0)
         sk_opt.pages = (enum sk_pages)i;
     if ((v = getenv("SLABKIT_DEBUG")) && *v)
         sk_opt.debug = parse_debug(v);
     if ((v = getenv("SLABKIT_STATS")) && *v && strcmp(v, "0") != 0)
         sk_opt.stats = v;
     if ((v = getenv("SLABKIT_RETURN")) && *v &&
-        (i = pick("SLABKIT_RETURN", v, return_names, (int)ARRAY_SIZE(return_names))) >= 0)
+        (i = options_pick("SLABKIT_RETURN", v, return_names, (int)ARRAY_SIZE(return_names))) >= 0)
         sk_opt.return_mode = (enum sk_return)i;
     if ((v = getenv("SLABKIT_RETURN_DELAY_MS")) && *v) {
         char *end;

@@ -6,7 +6,6 @@
 
 #include "common.h"
 
-enum sk_design { DESIGN_SLAB, DESIGN_SLUB, DESIGN_SLOB, DESIGN_SLQB, DESIGN_COUNT };
 enum sk_pages  { PAGES_BUDDY, PAGES_IBUDDY, PAGES_COUNT };
 
 /* SLABKIT_DEBUG features (bit set). */
@@ -26,7 +25,8 @@ enum sk_return { RETURN_DONTNEED, RETURN_FREE, RETURN_OFF };
 #define ZONE_PAGES_MAX ((uint64_t)1 << 36)
 
 struct sk_options {
-    enum sk_design design;      /* SLABKIT_DESIGN */
+    const char    *design;      /* SLABKIT_DESIGN as given, NULL: the default (the object layer
+                                   knows its designs: kmem/designs.c) */
     enum sk_pages  pages;       /* SLABKIT_PAGES */
     unsigned       debug;       /* SLABKIT_DEBUG */
     const char    *stats;       /* SLABKIT_STATS: NULL off, "1" stderr, else a path */
@@ -47,7 +47,9 @@ struct sk_options {
 extern struct sk_options sk_opt;
 
 void options_init(void);        /* idempotent; safe before libc's malloc is usable */
-const char *design_name(enum sk_design d);
 const char *pages_name(enum sk_pages p);
+/* Index of value in names[0..n), or -1 after a one-line warning naming var,
+ * the bad value and the valid ones. */
+int options_pick(const char *var, const char *value, const char *const *names, int n);
 
 #endif

@@ -5,8 +5,8 @@
 #include <unistd.h>
 #include <sys/syscall.h>
 #include "thread.h"
+#include "layer.h"
 #include "report.h"
-#include "../page/page.h"
 
 _Alignas(CACHE_LINE) const char thread_cpu_empty[CPU_EMPTY_SIZE];
 
@@ -31,6 +31,30 @@ static int key_state;                   /* 0 none, 1 creating, 2 ready */
 
 static void thread_detach(void *arg);
 
+/* Whole pages for the structs and slot arrays: the page layer's (layer.h),
+ * which has started before any thread can attach (it is the first layer
+ * every slow path starts).  NULL while it has not. */
+static void *pages_alloc(size_t npages)
+{
+    const struct layer_hooks *page = layer_at(LAYER_PAGE);
+    return page && page->pages_alloc ? page->pages_alloc(npages) : NULL;
+}
+
+static void pages_free(void *p, size_t npages)
+{
+    layer_at(LAYER_PAGE)->pages_free(p, npages);
+}
+
+/* Every layer hears the new count of live threads (thread_list_lock held). */
+static void threads_live_changed(unsigned n)
+{
+    for (int l = 0; l < LAYER_COUNT; l++) {
+        const struct layer_hooks *h = layer_at((enum layer)l);
+        if (h && h->threads_live)
+            h->threads_live(n);
+    }
+}
+
 /* Structs come from blocks of pages carved on demand (a bump pointer, so a
  * program with one thread touches one struct's worth of the block, not all of
  * it); released ones go to the pool.  Blocks are never unmapped. */
@@ -43,12 +67,11 @@ static struct sk_thread *pool_get(void)
         pool = t->next;
     } else {
         if (carve == carve_end) {
-            char *block = page_alloc(THREAD_BLOCK_ORDER, 1 /* KM_NOSLEEP */);
+            char *block = pages_alloc((size_t)1 << THREAD_BLOCK_ORDER);
             if (!block) {
                 lock_release(&pool_lock);
                 return NULL;
             }
-            page_desc_of(block)->kind = PAGE_INTERNAL;
             carve = (struct sk_thread *)block;
             carve_end = carve + (PAGE_SIZE << THREAD_BLOCK_ORDER) / sizeof(struct sk_thread);
         }
@@ -106,7 +129,7 @@ struct sk_thread *thread_attach(void)
     if (thread_list)
         thread_list->prev = t;
     thread_list = t;
-    page_threads_live(++threads_live);
+    threads_live_changed(++threads_live);
     lock_release(&thread_list_lock);
     ensure_key();
     sk_self = t;
@@ -129,8 +152,7 @@ static void slots_free(void **slots, size_t len)
 {
     if (!slots)
         return;
-    page_desc_of(slots)->kind = PAGE_USED;
-    page_free_exact(slots, ALIGN_UP(len * sizeof(void *), PAGE_SIZE) >> PAGE_SHIFT);
+    pages_free(slots, ALIGN_UP(len * sizeof(void *), PAGE_SIZE) >> PAGE_SHIFT);
 }
 
 void **thread_cpu_slot(struct sk_thread *t, unsigned id)
@@ -144,10 +166,9 @@ void **thread_cpu_slot(struct sk_thread *t, unsigned id)
     unsigned idx = id - THREAD_CPU_INLINE;
     size_t want = ALIGN_UP((idx + 1) * sizeof(void *), PAGE_SIZE);
     size_t pages = want >> PAGE_SHIFT;
-    void **more = page_alloc_exact(pages, 1 /* KM_NOSLEEP */);
+    void **more = pages_alloc(pages);
     if (!more)
         return NULL;
-    page_desc_of(more)->kind = PAGE_INTERNAL;
     memset(more, 0, want);
     /* Other threads reach these slots under thread_list_lock (statistics,
      * a destroy's flush, which empties a slot): copy and switch under it,
@@ -171,8 +192,11 @@ void **thread_cpu_slot(struct sk_thread *t, unsigned id)
  * (another thread could read, or write CPU_EMPTY into, a reused page). */
 static void thread_release(struct sk_thread *t)
 {
-    cache_thread_exit(t);
-    page_thread_exit(t);
+    for (int l = 0; l < LAYER_COUNT; l++) {     /* top-down (layer.h) */
+        const struct layer_hooks *h = layer_at((enum layer)l);
+        if (h && h->thread_exit)
+            h->thread_exit(t);
+    }
     lock_acquire(&thread_list_lock);
     if (t->prev)
         t->prev->next = t->next;
@@ -180,7 +204,7 @@ static void thread_release(struct sk_thread *t)
         thread_list = t->next;
     if (t->next)
         t->next->prev = t->prev;
-    page_threads_live(--threads_live);
+    threads_live_changed(--threads_live);
     lock_release(&thread_list_lock);
     slots_free(t->cpu_more, t->cpu_more_len);
     pool_put(t);
@@ -217,5 +241,5 @@ void thread_fork_child(void)
     if (thread_list)
         self->prev = self->next = NULL;
     threads_live = thread_list ? 1 : 0;
-    page_threads_live(threads_live);
+    threads_live_changed(threads_live);
 }

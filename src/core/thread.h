@@ -6,7 +6,7 @@
  * Life cycle: sk_self starts at a static "unattached" state and the struct is
  * created on the thread's first slow path (thread_self); at thread exit a
  * pthread key destructor hands everything cached back to the shared layers
- * (cache_thread_exit, page_thread_exit) and points sk_self at a static
+ * (their thread_exit hooks, core/layer.h) and points sk_self at a static
  * "exited" state: destructors that run later still allocate and free, through
  * the shared (locked) paths, and never recreate a cache that would leak.  The
  * struct goes back to a pool and is reused.
@@ -105,21 +105,17 @@ void **thread_cpu_peek(struct sk_thread *t, unsigned id);
 /* Whether a slot's content is real per-thread state. */
 SK_INLINE bool thread_cpu_present(const void *cpu) { return cpu != NULL && cpu != CPU_EMPTY; }
 
-/* Implemented by the layers: give back what t caches.  Called at thread exit. */
-void cache_thread_exit(struct sk_thread *t);
-void page_thread_exit(struct sk_thread *t);
-/* ...and told how many threads are live whenever that changes (under
- * thread_list_lock): per-thread caches share out their bounds. */
-void page_threads_live(unsigned n);
-
-/* Fork: the prepare/parent hooks lock/unlock thread_list_lock; the child hook
- * resets the locks and keeps only the forking thread on the list (the
- * others' caches are left alone: see thread.c). */
+/* Fork (the object layer's hooks call these, core/layer.h): the
+ * prepare/parent hooks lock/unlock thread_list_lock; the child hook resets the
+ * locks and keeps only the forking thread on the list (the others' caches are
+ * left alone: see thread.c). */
 void thread_fork_prepare(void);
 void thread_fork_parent(void);
 void thread_fork_child(void);
 
-/* fork.c: registers the pthread_atfork handlers (called by cache_init). */
+/* fork.c: registers the pthread_atfork handlers, which run the layers' fork
+ * hooks (called by cache_init, and by the page API for programs that use
+ * only that). */
 void fork_hooks_install(void);
 
 #endif

@@ -1,5 +1,5 @@
 /* imas.h — internal interface of libimas.so, the IMAS selector shim and the
- * lab's measurement probe (ARCHITECTURE.md sections 7, 8 and 10; docs/imas.md).
+ * lab's measurement probe (docs/imas.md; the probe's log: docs/probe-log.md).
  *
  * One forwarding table (struct imas_fwd) holds the allocator every hooked call
  * goes to: the next definition (RTLD_NEXT: the allocator preloaded after us, or

@@ -1,5 +1,5 @@
 /* log.c — the probe's footprint sampler and its JSON log (the lab's probe,
- * IMAS_PROBE_OUT; docs/lab.md).  With only IMAS_PROBE_PAGE (`imas run
+ * IMAS_PROBE_OUT; the log's format: docs/probe-log.md).  With only IMAS_PROBE_PAGE (`imas run
  * --profile`) there is neither thread nor log: the parent reads the page
  * (probe.c) and samples the footprint from outside.
  *

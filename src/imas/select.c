@@ -1,5 +1,5 @@
 /* select.c — start-up of libimas.so: bind the allocator this process gets,
- * and whether it is measured (ARCHITECTURE.md sections 8 and 10).
+ * and whether it is measured (docs/imas.md).
  *
  * 1. IMAS_PROBE_OUT or IMAS_PROBE_PAGE set (the lab's probe; `imas run
  *    --profile`): forward to the next definition (the allocator preloaded

@@ -6,11 +6,14 @@
  * file (slab.c, slub.c, slob.c, slqb.c) exporting one `const struct
  * design_ops <name>_design`; cache.c copies the chosen table into `sk_design`
  * so a call through it is one load and an indirect call.  Adding a design is
- * one new file plus one line in the table in cache.c.
+ * one new file plus one line in the list in designs.c, which everything
+ * else reads (slabkit_designs()).
  *
- * What is common lives here and in cache.c once: creation and destruction
- * (name, size, align, ctor/dtor, ids, the global cache list), kmem_alloc /
- * kmem_free / kmalloc dispatch, the size classes, statistics, reporting.
+ * What is common lives here once: creation and destruction (name, size,
+ * align, ctor/dtor, ids, the global cache list; cache.c), the size classes
+ * and the kmalloc family (kmalloc.c), reap and memory return (reclaim.c),
+ * fork (atfork.c), statistics (stats.c), the library's own small
+ * allocations (internal.c), large blocks kept for reuse (large.c).
  *
  * Pointer ownership: every page of a slab has page_desc.kind == PAGE_SLAB and
  * page_desc.cache set, and its owner entry (page.h) names the cache too, so
@@ -88,9 +91,9 @@ struct design_ops {
 
     /* Give back free memory beyond the working set; bytes released. */
     size_t (*reap)(struct kmem_cache *cp);
-    /* Return the thread's per-cache state `cpu` (from sk_thread.cpu) to the
-     * shared layer and release it. Called at thread exit, at destroy, in a
-     * fork child for dead threads. */
+    /* Return a thread's per-cache state `cpu` (from sk_thread.cpu) to the
+     * shared layer and release it.  Called at the thread's exit, at destroy,
+     * and by an urgent reap for the calling thread's own state. */
     void (*thread_exit)(struct kmem_cache *cp, void *cpu);
     void (*stats)(struct kmem_cache *cp, struct slabkit_cache_stats *out);
     /* Fork: lock/unlock every lock the design holds for cp. */
@@ -103,10 +106,29 @@ struct design_ops {
     void (*tick)(uint64_t now);
 
     /* Optional (SLOB): a design-specific kmalloc, used instead of the generic
-     * caches when non-NULL. kfree_hdr gets pointers on PAGE_SLOB pages. */
+     * caches when non-NULL; kfree and ksize get the pointers on the design's
+     * own pages (page_kind below). */
     void *(*kmalloc)(size_t size, size_t align, int flags);
     void  (*kfree)(void *p);
     size_t (*ksize)(const void *p);
+
+    /* What the core and the debug layer need to know of a design (0 or
+     * false: the common case). */
+    /* The kind of the design's own pages, which no one cache owns (SLOB's
+     * PAGE_SLOB, shared by every cache and its kmalloc): pointers on them go
+     * to its free, kfree and ksize (cache_design_page). */
+    uint8_t page_kind;
+    /* With page_kind: its kmalloc rounds sizes up to a multiple of this
+     * (SLOB: 2-byte units), which kmem_free's size check allows for. */
+    uint8_t kmalloc_unit;
+    /* A freed object's bytes join free space shared by every size (SLOB:
+     * block headers land anywhere in it), so the debug layer cannot check a
+     * free object's poison when it is allocated again. */
+    bool shares_free_bytes;
+    /* With kmalloc: under the debug layer, requests of this many bytes and
+     * up get whole pages (cache_large_alloc) instead (SLOB: half a page,
+     * beyond which a block and its redzone and trailer hardly share a page). */
+    size_t debug_pages_from;
 
     /* Optional: free, given the owner entry of obj's frame (page.h: set by
      * the design with page_owner_set), which the caller has looked up (its
@@ -135,14 +157,31 @@ struct design_ops {
 };
 
 extern struct design_ops sk_design __attribute__((visibility("hidden")));  /* the active design (a copy) */
+
+/* Whether d is one of the active design's own pages (design_ops.page_kind). */
+SK_INLINE bool cache_design_page(const struct page_desc *d)
+{
+    return sk_design.page_kind != PAGE_UNUSED && d->kind == sk_design.page_kind;
+}
 extern struct sk_lock cache_list_lock;
 extern struct kmem_cache *cache_list;
 
-/* The designs. */
+/* The designs, and the one chosen by SLABKIT_DESIGN (designs.c: the list;
+ * an unknown name gets a warning and the default, the list's first). */
 extern const struct design_ops slab_design, slub_design, slob_design, slqb_design;
+const struct design_ops *cache_design_chosen(void);
 
-void cache_init(void);                   /* idempotent: options, page layer, design, generic caches */
+void cache_init(void);                   /* idempotent: options, page layer, design, hooks */
 extern bool cache_ready;
+
+/* A new cache (kmem_cache_create, the generic caches), or NULL if it cannot
+ * be made; id: its per-thread state index, or -1 for the first free one. */
+struct kmem_cache *cache_create(const char *name, size_t size, size_t align,
+                                void (*ctor)(void *, size_t), void (*dtor)(void *, size_t),
+                                unsigned flags, int id);
+/* Hand t's state for cp back to the shared layer: t has exited, or cp is
+ * being destroyed and must not be in use, or t is the caller (reap). */
+void cache_flush_slot(struct kmem_cache *cp, struct sk_thread *t);
 
 /* --- Generic size classes ------------------------------------------------
  * 8-byte steps to 64, four classes per doubling to 1 KiB (never more than 25%
@@ -157,24 +196,9 @@ extern bool cache_ready;
 #define KMALLOC_MID_SHIFT 5
 #define KMALLOC_MID_STEP  (1u << KMALLOC_MID_SHIFT)
 extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];   /* NULL until first used */
+void kmalloc_init(void);                 /* the size-class tables (cache_init) */
+extern struct sk_lock kmalloc_lock;      /* serialises making a generic cache */
 
-/* large.c: freed large blocks kept for reuse, by size class. */
-size_t large_pages_round(size_t npages);        /* the class's page count (what to allocate) */
-void *large_cache_take(size_t npages);          /* a cached block of exactly npages (a class), or NULL */
-bool large_cache_put(struct page_desc *d);      /* keeps the PAGE_LARGE block at d, or false */
-void large_block_init(struct page_desc *d);     /* a new PAGE_LARGE block: cacheable when freed */
-void large_block_resized(struct page_desc *d);  /* realloc resized it in place: never cached */
-size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
-void *large_huge_take(size_t size);             /* a cached huge block resized to size (marked used), or NULL */
-bool large_huge_put(void *p);                   /* keeps the freed huge block p, or false */
-void large_huge_new(void *p);                   /* p a new huge block (it may be kept once freed) */
-bool large_huge_fits(size_t asked, size_t have); /* a cached block of have bytes serves asked uncut */
-void large_tick(uint64_t now);                  /* the page layer's timed check: idle blocks back */
-size_t large_cache_bytes(void);                 /* page-layer blocks kept */
-size_t large_huge_bytes(void);                  /* huge blocks kept */
-void large_fork_prepare(void);
-void large_fork_parent(void);
-void large_fork_child(void);
 /* Generic class c's cache, created on first use; NULL if it cannot be made
  * (out of memory).  Slow paths only: the fast tables below hold it once made. */
 struct kmem_cache *kmalloc_cache_get(unsigned c);
@@ -213,13 +237,31 @@ SK_INLINE struct kmem_cache *kmalloc_cache_fast(size_t size)
  * (exact pages, PAGE_LARGE) up to 2^MAX_ORDER pages, the OS beyond.
  * align: power of two; 0 means the natural alignment of the class. */
 void *cache_kmalloc(size_t size, size_t align, int flags);
-void  cache_kfree(void *p);
+void  cache_kfree(void *p);                  /* any pointer from cache_kmalloc; reports bad ones */
 /* The generic-cache kmalloc, bypassing a design's or the debug layer's own. */
 void *cache_generic_kmalloc(size_t size, size_t align, int flags);
 /* Whole pages for one block (PAGE_LARGE, page count in priv[0]; freed by
  * cache_kfree), or the OS beyond the largest order.  For designs' kmalloc. */
-void *cache_large_alloc(size_t size, size_t align, int flags);                  /* any pointer from cache_kmalloc; reports bad ones */
+void *cache_large_alloc(size_t size, size_t align, int flags);
 size_t cache_ksize(const void *p);           /* usable size; 0 if not ours */
+
+/* large.c: freed large blocks kept for reuse, by size class. */
+size_t large_pages_round(size_t npages);        /* the class's page count (what to allocate) */
+void *large_cache_take(size_t npages);          /* a cached block of exactly npages (a class), or NULL */
+bool large_cache_put(struct page_desc *d);      /* keeps the PAGE_LARGE block at d, or false */
+void large_block_init(struct page_desc *d);     /* a new PAGE_LARGE block: cacheable when freed */
+void large_block_resized(struct page_desc *d);  /* realloc resized it in place: never cached */
+size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
+void *large_huge_take(size_t size);             /* a cached huge block resized to size (marked used), or NULL */
+bool large_huge_put(void *p);                   /* keeps the freed huge block p, or false */
+void large_huge_new(void *p);                   /* p a new huge block (it may be kept once freed) */
+bool large_huge_fits(size_t asked, size_t have); /* a cached block of have bytes serves asked uncut */
+void large_tick(uint64_t now);                  /* the page layer's timed check: idle blocks back */
+size_t large_cache_bytes(void);                 /* page-layer blocks kept */
+size_t large_huge_bytes(void);                  /* huge blocks kept */
+void large_fork_prepare(void);
+void large_fork_parent(void);
+void large_fork_child(void);
 
 /* The per-thread state of cp for this thread, or NULL if it has none (yet,
  * or any more: the thread has exited).  For slow paths. */
@@ -306,6 +348,8 @@ size_t cache_reap_all(void);
  * kmem_reap() is the gentle form. */
 extern int cache_reap_urgent;
 size_t cache_reap_all_urgent(void);
+/* Installs the page layer's reclaim and timed-check hooks (cache_init). */
+void cache_reclaim_init(void);
 
 /* alloc returned NULL for cp: KM_NOSLEEP counts the failure and returns NULL;
  * KM_SLEEP reaps every cache, retries once, and reports and aborts if the OS
@@ -353,10 +397,13 @@ void cache_stats_print(int fd);
 void cache_sum_threads(struct kmem_cache *cp, void (*read)(void *cpu, void *acc), void *acc);
 void cache_stats_atexit(void);          /* honours SLABKIT_STATS */
 
-/* Fork hooks over every cache and the core's locks (lock order:
- * cache_list_lock -> thread_list_lock -> design locks -> internal -> page layer). */
+/* The object layer's fork hooks (atfork.c), over every lock of the layer;
+ * and those of the internal allocator (internal.c), which they call. */
 void cache_fork_prepare(void);
 void cache_fork_parent(void);
 void cache_fork_child(void);
+void internal_fork_prepare(void);
+void internal_fork_parent(void);
+void internal_fork_child(void);
 
 #endif

@@ -693,11 +693,11 @@ static void dbg_free(struct kmem_cache *cp, void *p)
 static void set_requested(void *p, size_t size)
 {
     struct page_desc *d = page_desc_of(p);
-    struct kmem_cache *cp = NULL;      /* SLOB's kmalloc blocks belong to no cache */
+    struct kmem_cache *cp = NULL;      /* a design's own kmalloc blocks belong to no cache */
     size_t extent;
     if (d && d->kind == PAGE_SLAB)
         extent = (cp = d->cache)->size;
-    else if (d && d->kind == PAGE_SLOB)
+    else if (d && cache_design_page(d))
         extent = real.ksize(p);
     else
         return;
@@ -723,8 +723,8 @@ static void *dbg_kmalloc(size_t size, size_t align, int flags)
         (ALIGN_UP(size, PAGE_SIZE) >> PAGE_SHIFT) + 1 <= ((size_t)1 << MAX_ORDER))
         return guarded_alloc(size, align, flags);
     void *p;
-    if (real.kmalloc && size >= PAGE_SIZE / 2) {
-        /* SLOB would give this whole pages anyway: no trailer to pad for. */
+    if (real.kmalloc && real.debug_pages_from && size >= real.debug_pages_from) {
+        /* Whole pages: no trailer to pad for. */
         p = cache_large_alloc(size, align, flags);
         if (p)
             large_allocated(p, size);
@@ -732,7 +732,7 @@ static void *dbg_kmalloc(size_t size, size_t align, int flags)
     }
     if (real.kmalloc) {
         p = real.kmalloc(size + REDZONE + TRAILER, align, flags);
-        if (p && page_desc_of(p) && page_desc_of(p)->kind == PAGE_SLOB)
+        if (p && page_desc_of(p) && cache_design_page(page_desc_of(p)))
             on_alloc(NULL, p, real.ksize(p), size, false);
         else if (p)
             large_allocated(p, size);
@@ -749,7 +749,7 @@ static void *dbg_kmalloc(size_t size, size_t align, int flags)
     return p;
 }
 
-static void dbg_kfree(void *p)          /* SLOB's PAGE_SLOB blocks */
+static void dbg_kfree(void *p)          /* blocks on the design's own pages (SLOB's) */
 {
     size_t extent = real.ksize(p);
     on_free(NULL, p, extent);
@@ -763,12 +763,11 @@ size_t debug_ksize(const void *p)
         return huge_size(p);
     size_t extent;
     struct kmem_cache *cp = NULL;
-    switch (d->kind) {
+    if (cache_design_page(d))
+        extent = real.ksize(p);
+    else switch (d->kind) {
     case PAGE_SLAB:
         extent = (cp = d->cache)->size;
-        break;
-    case PAGE_SLOB:
-        extent = real.ksize ? real.ksize(p) : 0;
         break;
     case PAGE_LARGE:
         return p == page_address(d) ? d->priv[0] << PAGE_SHIFT : 0;
@@ -863,7 +862,7 @@ static void leak_report(void)
 void debug_install(void)
 {
     real = sk_design;
-    stable_objects = real.kmalloc == NULL;      /* SLOB splits and merges free blocks */
+    stable_objects = !real.shares_free_bytes;
     uintptr_t seed = (uintptr_t)&seed ^ 0x2545f4914f6cdd1dull;
     trailer_secret = seed * 0x9e3779b97f4a7c15ull;
     sk_design.cache_init = dbg_cache_init;

@@ -34,7 +34,7 @@
  * header, later splits write headers anywhere inside it) and may be handed to
  * any other cache or kmalloc size before this cache sees it again, so poison
  * written by the debug layer at free cannot be verified at allocation under
- * SLOB (the debug layer must skip that check when sk_design.kmalloc != NULL).
+ * SLOB (design_ops.shares_free_bytes tells the debug layer to skip that check).
  *
  * Checks (always on, cheap): kfree validates the header (size sane, check word
  * intact); every free walks the page's free list for address-ordered
@@ -44,14 +44,15 @@
  * Locking: one global lock, slob_lock (Linux: slob_lock), over all three lists,
  * every page's free list and all counters.  It is a leaf: the page layer,
  * constructors and destructors are called with it dropped.  Fork safety: the
- * design registers its own pthread_atfork handlers in init (there may be no
- * cache at all for the core's per-cache hooks to call).  No per-thread state;
+ * design registers its own fork hooks with the core in init, at the leaf
+ * level (core/layer.h: there may be no cache at all for the per-cache hooks
+ * to call).  No per-thread state;
  * reap returns 0 because empty pages are already given back when they empty. */
-#include <pthread.h>
 #include <string.h>
 #include <sys/random.h>
 #include "cache.h"
 #include "slob.h"
+#include "../core/layer.h"
 #include "../core/report.h"
 
 typedef int16_t slobidx_t;             /* Linux: s16 while PAGE_SIZE <= 64 KiB */
@@ -630,16 +631,21 @@ static void slob_fork_prepare(void) { lock_acquire(&slob_lock); }
 static void slob_fork_parent(void) { lock_release(&slob_lock); }
 static void slob_fork_child(void) { lock_reset(&slob_lock); }
 
+/* The lock is a leaf, last in the lock order (core/layer.h): prepare runs
+ * after the other layers', parent and child before theirs. */
+static const struct layer_hooks slob_layer = {
+    .fork_prepare = slob_fork_prepare,
+    .fork_parent = slob_fork_parent,
+    .fork_child = slob_fork_child,
+};
+
 static void slob_init(void)
 {
     uint64_t s = 0;
     if (getrandom(&s, sizeof s, GRND_NONBLOCK) != sizeof s)
         s = (uintptr_t)&s ^ 0x2545f4914f6cdd1dull;     /* ASLR-derived fallback */
     slob_secret = s;
-    /* Registered before the core's handlers: prepare runs after theirs (the
-     * lock is a leaf, last in the order), parent/child before theirs. */
-    if (pthread_atfork(slob_fork_prepare, slob_fork_parent, slob_fork_child) != 0)
-        sk_warn("slob: pthread_atfork failed: a fork in a multi-threaded program may deadlock");
+    layer_register(LAYER_LEAF, &slob_layer);
 }
 
 const struct design_ops slob_design = {
@@ -656,4 +662,8 @@ const struct design_ops slob_design = {
     .kmalloc = slob_kmalloc,
     .kfree = slob_kfree,
     .ksize = slob_ksize,
+    .page_kind = PAGE_SLOB,
+    .kmalloc_unit = SLOB_UNIT,
+    .shares_free_bytes = true,
+    .debug_pages_from = PAGE_SIZE / 2,
 };

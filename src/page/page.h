@@ -348,9 +348,4 @@ SK_INLINE uint64_t page_now_ms(void)
 /* A readable page-layer summary (held, free per order, returned, frag_events...). */
 void page_stats_print(int fd);
 
-/* Fork hooks: take/release every page-layer lock. */
-void page_fork_prepare(void);
-void page_fork_parent(void);
-void page_fork_child(void);
-
 #endif

@@ -23,6 +23,7 @@
 #include "page.h"
 #include "../core/lock.h"
 #include "../core/thread.h"
+#include "../core/layer.h"
 #include "../core/options.h"
 #include "../../include/slabkit/slabkit.h"
 
@@ -198,5 +199,9 @@ SK_INLINE void page_clear_tails(struct page_desc *head, size_t from, size_t to)
 /* pcp.c: the lazy layer's slow paths. */
 bool pcp_refill(struct sk_thread *t);
 void pcp_drain(struct sk_thread *t, unsigned n);
+/* The page layer's thread hooks (core/layer.h): t's lazy list back at its
+ * exit; the high mark shared out among n live threads. */
+void page_thread_exit(struct sk_thread *t);
+void page_threads_live(unsigned n);
 
 #endif

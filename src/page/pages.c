@@ -39,6 +39,8 @@ extern uint64_t huge_count, huge_live_bytes;
 
 /* ---- initialisation -------------------------------------------------- */
 
+static const struct layer_hooks page_layer;
+
 SK_NOINLINE static void page_init_slow(void)
 {
     lock_acquire(&init_lock);
@@ -47,6 +49,7 @@ SK_NOINLINE static void page_init_slow(void)
         os_init();
         page_be = sk_opt.pages == PAGES_BUDDY ? &buddy_backend : &ibuddy_backend;
         page_be->init();
+        layer_register(LAYER_PAGE, &page_layer);
         __atomic_store_n(&page_clock_ms, os_now_ms(), __ATOMIC_RELAXED);
         __atomic_store_n(&last_purge_ms, page_clock_ms, __ATOMIC_RELAXED);
         __atomic_store_n(&page_ready, 2, __ATOMIC_RELEASE);
@@ -586,9 +589,9 @@ void page_stats_print(int fd)
                    (unsigned long long)s.allocs[o], (unsigned long long)s.frees[o]);
 }
 
-/* ---- fork ------------------------------------------------------------------ */
+/* ---- the core's hooks (core/layer.h) ---------------------------------------- */
 
-void page_fork_prepare(void)
+static void page_fork_prepare(void)
 {
     lock_acquire(&init_lock);
     lock_acquire(&purge_lock);
@@ -598,7 +601,7 @@ void page_fork_prepare(void)
         page_be->lock_all();
 }
 
-void page_fork_parent(void)
+static void page_fork_parent(void)
 {
     if (page_be)
         page_be->unlock_all();
@@ -608,7 +611,7 @@ void page_fork_parent(void)
     lock_release(&init_lock);
 }
 
-void page_fork_child(void)
+static void page_fork_child(void)
 {
     if (page_be)
         page_be->reset_locks();
@@ -617,3 +620,28 @@ void page_fork_child(void)
     lock_reset(&purge_lock);
     lock_reset(&init_lock);
 }
+
+/* Thread structs and their slot arrays (core/thread.c): the library's own. */
+static void *internal_pages_alloc(size_t npages)
+{
+    void *p = page_alloc_exact(npages, KM_NOSLEEP);
+    if (p)
+        page_desc_of(p)->kind = PAGE_INTERNAL;
+    return p;
+}
+
+static void internal_pages_free(void *p, size_t npages)
+{
+    page_desc_of(p)->kind = PAGE_USED;
+    page_free_exact(p, npages);
+}
+
+static const struct layer_hooks page_layer = {
+    .fork_prepare = page_fork_prepare,
+    .fork_parent = page_fork_parent,
+    .fork_child = page_fork_child,
+    .thread_exit = page_thread_exit,
+    .threads_live = page_threads_live,
+    .pages_alloc = internal_pages_alloc,
+    .pages_free = internal_pages_free,
+};

@@ -237,15 +237,15 @@ static void *prof_alloc_checked(struct kmem_cache *cp, int flags)
     return real.alloc_checked(cp, flags);
 }
 
-/* SLOB's kmalloc serves every malloc: its small blocks (on SLOB's pages) are
- * counted here, after the fact -- a sampled one is swapped for a page block
- * at once, before the caller sees it; its page blocks were counted by
- * cache_large_alloc. */
-static void *prof_slob_kmalloc(size_t size, size_t align, int flags)
+/* A design's own kmalloc (SLOB's) serves every malloc: its small blocks
+ * (on its own pages) are counted here, after the fact -- a sampled one is
+ * swapped for a page block at once, before the caller sees it; its page
+ * blocks were counted by cache_large_alloc. */
+static void *prof_design_kmalloc(size_t size, size_t align, int flags)
 {
     void *p = real.kmalloc(size, align, flags);
     struct page_desc *d;
-    if (!p || !page_desc_lookup(p, &d) || d->kind != PAGE_SLOB)
+    if (!p || !page_desc_lookup(p, &d) || !cache_design_page(d))
         return p;
     void *q = sample_block(size ? size : 1, LABEL(LABEL_SLOB, 0));
     if (!q)
@@ -273,7 +273,7 @@ void prof_install(void)
     sk_design.alloc_hot = prof_alloc_hot;
     sk_design.alloc_checked = prof_alloc_checked;
     if (real.kmalloc)
-        sk_design.kmalloc = prof_slob_kmalloc;
+        sk_design.kmalloc = prof_design_kmalloc;
     if (pthread_atfork(table_fork_prepare, table_fork_parent, table_fork_child) != 0)
         sk_warn("SLABKIT_PROF: pthread_atfork failed: a fork while a sample is recorded may deadlock the child");
     __atomic_store_n(&prof_on, true, __ATOMIC_RELEASE);

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD="${BUILD:-build}"
 limit=(--seconds 15)
-designs="slab slub slob slqb"
+designs=""                             # default: every design the library has
 pages="buddy ibuddy"
 seed=1
 while [ $# -gt 0 ]; do
@@ -23,13 +23,17 @@ while [ $# -gt 0 ]; do
         *) echo "mallocfuzz.sh: unknown option $1 (--seconds S, --ops N, --designs, --pages, --seed)" >&2; exit 2 ;;
     esac
 done
-make -s "$BUILD/tests/fuzz/mallocfuzz" "$BUILD/libslabkit.so" >/dev/null
+make -s "$BUILD/tests/fuzz/mallocfuzz" "$BUILD/libslabkit.so" "$BUILD/libexec/slabkit-designs" >/dev/null
+known="$("$BUILD/libexec/slabkit-designs" | tr '\n' ' ')"
+designs="${designs:-$known}"
+for d in $designs; do
+    [[ " $known" == *" $d "* ]] || { echo "mallocfuzz.sh: unknown design $d (valid: ${known% })" >&2; exit 2; }
+done
 fuzz="$BUILD/tests/fuzz/mallocfuzz"
 status=0
 echo "mallocfuzz: glibc (the oracle on the reference allocator)"
 "$fuzz" --seconds 5 --seed "$seed" || status=1
 for d in $designs; do
-    [ -f "src/kmem/$d.c" ] || { echo "mallocfuzz.sh: unknown design $d" >&2; exit 2; }
     for p in $pages; do
         echo "mallocfuzz: design=$d pages=$p"
         if ! SLABKIT_DESIGN=$d SLABKIT_PAGES=$p LD_PRELOAD="$PWD/$BUILD/libslabkit.so" \

@@ -8,13 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_EACH="${1:-12}"
-make -s fuzz
+make -s fuzz build/libexec/slabkit-designs
 mkdir -p build/fuzz/corpus
 status=0
 passed=0
 failed=0
-for design in slab slub slob slqb; do
-    [ -f "src/kmem/$design.c" ] || continue
+for design in $(build/libexec/slabkit-designs); do
     for pages in buddy ibuddy; do
         echo "fuzz: design=$design pages=$pages for ${SECONDS_EACH}s"
         if ! SLABKIT_DESIGN=$design SLABKIT_PAGES=$pages ASAN_OPTIONS=detect_leaks=0 \

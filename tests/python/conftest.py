@@ -55,7 +55,7 @@ def callgrind_instructions(cmd, env):
 # --- The real programs of slabkit.programs (test_real_programs.py,
 # test_debug_programs.py) -------------------------------------------------
 
-DESIGNS = registry.designs_built(ROOT)
+DESIGNS = registry.designs()
 REAL_PROGRAMS = programs.NAMES
 
 

@@ -607,7 +607,7 @@ static void sweep(const char *label)
         have[2] |= !strcmp(file, "src/core/thread.c") || strstr(line, "cpu_get") || strstr(line, "list_create") ||
                    strstr(line, "cpu_slab");
         have[3] |= strstr(line, "cache_internal_alloc") != NULL;
-        have[4] |= strstr(line, "large_alloc") || strstr(line, "guarded_alloc"); /* or its helper, not inlined */
+        have[4] |= strstr(line, "large_alloc") || strstr(line, "guarded_alloc");   /* cache_large_alloc inlined at -O1 */
         have[5] |= strstr(line, "huge_alloc") || strstr(line, "huge_map");
         have[6] |= strstr(line, "region_create") || strstr(line, "commit");
         have[7] |= !debug || strstr(line, "record") || strstr(line, "audit") || strstr(line, "guarded");

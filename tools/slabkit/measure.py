@@ -1,5 +1,5 @@
 """measure.py — one run of a command, measured from outside as users pay for
-it (ARCHITECTURE.md section 7):
+it (the project's contract; docs/lab.md, Metrics):
 
 - wall time: the parent's monotonic clock from before the fork to the exit;
 - CPU time and peak resident set: the kernel's accounting, from wait4 — the

@@ -1,6 +1,6 @@
-"""metrics.py — THE measurement definitions of slabkit (ARCHITECTURE.md section 7),
-shared by the allocator lab and IMAS (which imports this module: keep it
-stdlib-only and free of lab specifics).
+"""metrics.py — THE measurement definitions of slabkit (the project's
+contract; docs/lab.md, Metrics), shared by the allocator lab and IMAS (which
+imports this module: keep it stdlib-only and free of lab specifics).
 
 - footprint: resident anonymous memory (RssAnon of /proc/PID/status), sampled;
 - requested: the bytes the program asked for, for live blocks (from the probe);

@@ -1,8 +1,9 @@
 """registry.py — the one list of allocators the tools know: slabkit's designs
-and page allocators (the names src/core/options.c accepts; a test checks the
-library agrees) with its defaults, and the peer allocators compared with it
-and how to find their libraries on this machine.  The lab, IMAS, the tests and
-the benchmarks all read them from here.
+(asked of the built library: designs()), its page allocators (the names
+src/core/options.c accepts; a test checks the library agrees) with their
+defaults, and the peer allocators compared with it and how to find their
+libraries on this machine.  The lab, IMAS, the tests and the benchmarks all
+read them from here.
 
 The Debian packages that bring the peers are named in tools/debian-deps.sh.
 """
@@ -13,10 +14,10 @@ import shutil
 import subprocess
 import sys
 
-DESIGNS = ["slab", "slub", "slob", "slqb"]
+from .env import build_dir
+
 PAGES = ["buddy", "ibuddy"]
-# The library's defaults (src/core/options.c): SLAB on the lazy iBuddy.
-DEFAULT_DESIGN = "slab"
+# The library's default (src/core/options.c): the lazy iBuddy.
 DEFAULT_PAGES = "ibuddy"
 
 # Peer allocators: the file names of their libraries, the most specific first.
@@ -29,14 +30,30 @@ PEERS = {
 _USUAL_DIRS = ["/usr/local/lib", "/usr/lib64", "/usr/lib", "/lib64", "/lib"]
 
 
-def designs_built(root):
-    """The designs whose source is in the tree under root (the library falls
-    back to its default for the others, so a column for one would measure the
-    wrong thing); all of them when there is no source tree."""
-    src = os.path.join(root, "src", "kmem") if root else None
-    if not src or not os.path.isdir(src):
-        return list(DESIGNS)
-    return [d for d in DESIGNS if os.path.exists(os.path.join(src, d + ".c"))]
+class NotBuilt(ValueError):
+    """The build the list of designs comes from is missing."""
+
+
+@functools.lru_cache(maxsize=None)
+def designs(build=None):
+    """The library's designs, the default first: slabkit_designs() (the one
+    list, src/kmem/designs.c), printed by <build>/libexec/slabkit-designs."""
+    helper = os.path.join(build or build_dir(), "libexec", "slabkit-designs")
+    try:
+        out = subprocess.run([helper], capture_output=True, text=True, timeout=30)
+    except OSError as e:
+        raise NotBuilt(f"{helper}: {e.strerror} (run make: the designs come from the built library)")
+    except subprocess.TimeoutExpired:
+        raise NotBuilt(f"{helper} did not answer in 30 s")
+    names = tuple(out.stdout.split())
+    if out.returncode != 0 or not names:
+        raise NotBuilt(f"{helper} failed (exit {out.returncode}): run make")
+    return names
+
+
+def default_design(build=None):
+    """The design the library serves when SLABKIT_DESIGN is unset."""
+    return designs(build)[0]
 
 
 def _elf_kind(path):

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from slabkit import measure, registry
-from slabkit.env import SOURCE_ROOT as ROOT, build_dir, clean_env
+from slabkit.env import build_dir, clean_env
 from slabkit.imas import candidates, daemon, db as dbm, keys, paths
 
 BUILD = build_dir()
@@ -96,7 +96,7 @@ def all_candidates():
     out = [candidates.Candidate("system")] + external()
     lib = slabkit_ok()
     if lib:
-        for d in registry.designs_built(ROOT):
+        for d in registry.designs():
             out.append(candidates.Candidate(f"slabkit-{d}", lib, {"SLABKIT_DESIGN": d}))
     return out
 

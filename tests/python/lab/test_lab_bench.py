@@ -12,11 +12,11 @@ import pytest
 from slabkit.lab import allocators as A
 
 
-def pick_allocators(root, build):
+def pick_allocators(build):
     """glibc + two slabkit designs when libslabkit.so exports malloc and both
     pass the smoke test; else glibc + two installed allocators (jemalloc,
     tcmalloc, mimalloc).  The choice is printed with the test output."""
-    cands = A.candidates(root, build, full=False)
+    cands = A.candidates(build, full=False)
     sk = [a for a in cands if a.kind == "slabkit" and a.ok and A.exports_malloc(a.lib)]
     for a in sk:
         A.smoke(a, build)
@@ -33,9 +33,9 @@ def pick_allocators(root, build):
 
 
 @pytest.fixture(scope="module")
-def small_run(root, build, slabkit_cli, tmp_path_factory):
+def small_run(build, slabkit_cli, tmp_path_factory):
     out = tmp_path_factory.mktemp("lab")
-    allocs = pick_allocators(root, build)
+    allocs = pick_allocators(build)
     r = subprocess.run([slabkit_cli, "bench", "--allocators", ",".join(allocs), "--workloads",
                         "sizes:small,lifetime:200", "--repeats", "1", "--scale", "0.02", "--out", str(out),
                         "--quiet", "--timeout", "60"], capture_output=True, text=True, timeout=300)

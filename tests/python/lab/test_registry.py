@@ -1,8 +1,9 @@
 """slabkit.registry, the one list of allocators the tools use: its designs,
 page allocators and defaults are the library's own (read from the library's
 warning for a bad value, which names the valid ones, and from its statistics
-header), and a peer's library is found by what it is (an ELF object for this
-machine), not by an architecture written into a path."""
+header; the designs are asked of the library itself), and a peer's library
+is found by what it is (an ELF object for this machine), not by an
+architecture written into a path."""
 import os
 import re
 import shutil
@@ -18,7 +19,7 @@ def library_says(lib, **settings):
 
 
 def test_designs_and_pages_are_the_librarys(lib):
-    for var, names in (("SLABKIT_DESIGN", registry.DESIGNS), ("SLABKIT_PAGES", registry.PAGES)):
+    for var, names in (("SLABKIT_DESIGN", list(registry.designs())), ("SLABKIT_PAGES", registry.PAGES)):
         err = library_says(lib, **{var: "no-such-thing"})
         m = re.search(rf"{var}=no-such-thing is not understood \(valid: ([^)]*)\)", err)
         assert m, err
@@ -27,7 +28,31 @@ def test_designs_and_pages_are_the_librarys(lib):
 
 def test_defaults_are_the_librarys(lib):
     err = library_says(lib, SLABKIT_STATS="1")
-    assert f"# design {registry.DEFAULT_DESIGN}, pages {registry.DEFAULT_PAGES}" in err, err
+    assert f"# design {registry.default_design()}, pages {registry.DEFAULT_PAGES}" in err, err
+
+
+def test_each_design_listed_is_served(lib):
+    """Every name the library lists is a design it runs (not the default in
+    its place), and `slabkit designs` prints the same list."""
+    names = registry.designs()
+    assert len(names) == len(set(names)) >= 4, names
+    for d in names:
+        err = library_says(lib, SLABKIT_DESIGN=d, SLABKIT_STATS="1")
+        assert f"# design {d}, pages" in err, err
+
+
+def test_cli_prints_the_designs(slabkit_cli):
+    out = subprocess.run([slabkit_cli, "designs"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[0] for line in out.stdout.splitlines()] == list(registry.designs())
+    assert out.stdout.splitlines()[0].endswith("(default)")
+
+
+def test_missing_build_is_one_clear_line(slabkit_cli, tmp_path):
+    out = subprocess.run([slabkit_cli, "designs"], capture_output=True, text=True, timeout=60,
+                         env=dict(clean_env(), SLABKIT_BUILD=str(tmp_path)))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.count("\n") == 1 and "slabkit-designs" in out.stderr and "run make" in out.stderr, out.stderr
 
 
 def test_find_peer_takes_a_library_of_this_machine(lib, tmp_path):

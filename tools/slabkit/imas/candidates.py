@@ -12,8 +12,7 @@ import os
 import re
 import struct
 
-from ..env import SOURCE_ROOT
-from ..registry import PEERS, designs_built, find_peer
+from ..registry import PEERS, designs, find_peer
 from .paths import ImasError, build_dir, write_private
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
@@ -83,7 +82,7 @@ def discover():
     out = [Candidate("system")]
     sk = os.path.join(build_dir(), "libslabkit.so")
     if os.path.isfile(sk) and elf_exports(sk, "malloc"):
-        for d in designs_built(SOURCE_ROOT):
+        for d in designs():
             out.append(Candidate(f"slabkit-{d}", sk, {"SLABKIT_DESIGN": d}))
     for name in PEERS:
         path = find_peer(name)

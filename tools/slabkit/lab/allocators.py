@@ -19,7 +19,7 @@ import re
 import signal
 import subprocess
 
-from ..registry import DEFAULT_DESIGN, DEFAULT_PAGES, DESIGNS, PAGES, PEERS, designs_built, find_peer
+from ..registry import DEFAULT_PAGES, PAGES, PEERS, default_design, designs, find_peer  # noqa: F401 (the lab reads them here)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
@@ -81,11 +81,11 @@ def glibc_version():
         return None
 
 
-def slabkit_variants(full):
+def slabkit_variants(build, full):
     if full:
-        return [(d, p) for d in DESIGNS for p in PAGES]
+        return [(d, p) for d in designs(build) for p in PAGES]
     other = [p for p in PAGES if p != DEFAULT_PAGES]
-    return [(d, DEFAULT_PAGES) for d in DESIGNS] + [(DEFAULT_DESIGN, p) for p in other]
+    return [(d, DEFAULT_PAGES) for d in designs(build)] + [(default_design(build), p) for p in other]
 
 
 def parse_user_allocator(spec):
@@ -104,7 +104,7 @@ def parse_user_allocator(spec):
     return Allocator(name, "user", os.path.abspath(path))
 
 
-def candidates(root, build, full=False, user=()):
+def candidates(build, full=False, user=()):
     """Every allocator the lab knows of, usable or not, in table order."""
     out = [Allocator("glibc", "glibc")]
     out[0].version = glibc_version()
@@ -114,14 +114,9 @@ def candidates(root, build, full=False, user=()):
     else:
         em = exports_malloc(lib)
         lib_reason = None if em is not False else f"{os.path.basename(lib)} does not export malloc yet"
-    variants = slabkit_variants(full)
-    built = designs_built(root)
-    for d, p in variants:
-        reason = lib_reason
-        if reason is None and d not in built:
-            reason = f"design {d} not built (no src/kmem/{d}.c)"
+    for d, p in slabkit_variants(build, full):
         a = Allocator(f"{d}+{p}", "slabkit", os.path.abspath(lib),
-                      {"SLABKIT_DESIGN": d, "SLABKIT_PAGES": p}, reason)
+                      {"SLABKIT_DESIGN": d, "SLABKIT_PAGES": p}, lib_reason)
         a.version = "slabkit (this tree)"
         out.append(a)
     for name in PEERS:
@@ -137,7 +132,7 @@ def candidates(root, build, full=False, user=()):
     return out
 
 
-def select(cands, spec, root, build):
+def select(cands, spec, build):
     """Narrows candidates to a comma list of names.  A bare design name means
     that design on the default pages; 'slabkit' means every slabkit variant."""
     if not spec:
@@ -146,14 +141,14 @@ def select(cands, spec, root, build):
     chosen = []
     for raw in [s.strip() for s in spec.split(",") if s.strip()]:
         names = [raw]
-        if raw in DESIGNS:
+        if raw in designs(build):
             names = [f"{raw}+{DEFAULT_PAGES}"]
         elif raw == "slabkit":
             names = [a.name for a in cands if a.kind == "slabkit"]
         for n in names:
             if n not in by_name:
                 m = re.match(r"^(\w+)\+(\w+)$", n)
-                if m and m.group(1) in DESIGNS and m.group(2) in PAGES:
+                if m and m.group(1) in designs(build) and m.group(2) in PAGES:
                     # a variant outside the default set: make it on request
                     lib = os.path.join(build, "libslabkit.so")
                     base = next((a for a in cands if a.kind == "slabkit"), None)
@@ -161,7 +156,7 @@ def select(cands, spec, root, build):
                                            {"SLABKIT_DESIGN": m.group(1), "SLABKIT_PAGES": m.group(2)},
                                            base.reason if base else f"{lib} not built")
                 else:
-                    known = ", ".join(sorted({a.name for a in cands} | set(DESIGNS) | {"slabkit"}))
+                    known = ", ".join(sorted({a.name for a in cands} | set(designs(build)) | {"slabkit"}))
                     raise LabError(f"unknown allocator {raw!r} (known: {known}; or --allocator NAME=/path/lib.so)")
             if by_name[n] not in chosen:
                 chosen.append(by_name[n])

@@ -1,5 +1,5 @@
 """cli.py — the `slabkit` command line: bench, report, stats, prof, record,
-replay, allocators, workloads (each with --help).  User mistakes end in one line on
+replay, allocators, designs, workloads (each with --help).  User mistakes end in one line on
 stderr and exit status 2, never a traceback.  Installed as the console script
 `slabkit` (build/bin/slabkit); finds the build as slabkit.env says."""
 import argparse
@@ -16,6 +16,7 @@ from . import report as R
 from . import runner, stats, trace
 from . import workloads as W
 from .allocators import LabError
+from ..registry import NotBuilt
 
 
 class Parser(argparse.ArgumentParser):
@@ -92,11 +93,11 @@ def cmd_bench(args):
     timeout = args.timeout if args.timeout is not None else (300.0 if full or suite else 30.0)
     if scale <= 0:
         raise LabError("--scale must be positive")
-    cands = A.candidates(ROOT, build, full=full, user=args.allocator or [])
+    cands = A.candidates(build, full=full, user=args.allocator or [])
     # The suite compares slabkit's default design with glibc and the peers
     # (--full: every design and page allocator; --allocators: any choice).
-    default = f"glibc,{A.DEFAULT_DESIGN}+{A.DEFAULT_PAGES},{','.join(A.PEERS)}"
-    allocs = A.select(cands, args.allocators or (default if suite and not full else None), ROOT, build)
+    default = f"glibc,{A.default_design(build)}+{A.DEFAULT_PAGES},{','.join(A.PEERS)}"
+    allocs = A.select(cands, args.allocators or (default if suite and not full else None), build)
     if args.allocator and args.allocators:         # named by path: always in
         for spec in args.allocator:
             u = A.parse_user_allocator(spec)
@@ -248,9 +249,9 @@ def cmd_replay(args):
         for k, v in info.items():
             print(f"{k}: {v}")
         return 0
-    cands = A.candidates(ROOT, build, full=True, user=[args.allocator] if args.allocator and "/" in args.allocator else [])
+    cands = A.candidates(build, full=True, user=[args.allocator] if args.allocator and "/" in args.allocator else [])
     name = args.allocator.split("=")[0] if args.allocator and "/" in args.allocator else (args.allocator or "glibc")
-    alloc = A.select(cands, name, ROOT, build)[0]
+    alloc = A.select(cands, name, build)[0]
     if not alloc.ok:
         raise LabError(f"allocator {alloc.name} is not usable: {alloc.reason}")
     wl = W.make(("replay-timed:" if args.timed else "replay:") + args.trace, build)
@@ -270,11 +271,19 @@ def cmd_replay(args):
 
 def cmd_allocators(args):
     build = build_dir()
-    cands = A.candidates(ROOT, build, full=args.full, user=args.allocator or [])
+    cands = A.candidates(build, full=args.full, user=args.allocator or [])
     for a in cands:
         A.smoke(a, build)
         status = "ok" if a.ok else f"skipped: {a.reason}"
         print(f"{a.name:<14} {status:<48} {a.version or '':<28} {a.lib or '(no preload)'}")
+    return 0
+
+
+def cmd_designs(args):
+    """The library's designs (slabkit_designs()), the default marked."""
+    names = A.designs()
+    for n in names:
+        print(f"{n}{'  (default)' if n == names[0] else ''}")
     return 0
 
 
@@ -372,6 +381,9 @@ def make_parser():
     al.add_argument("--allocator", action="append", metavar="NAME=PATH")
     al.set_defaults(func=cmd_allocators)
 
+    de = sub.add_parser("designs", help="list the object-layer designs of the built library (SLABKIT_DESIGN)")
+    de.set_defaults(func=cmd_designs)
+
     wl = sub.add_parser("workloads", help="list the workloads")
     wl.set_defaults(func=cmd_workloads)
 
@@ -411,7 +423,7 @@ def main(argv=None):
         return 2
     try:
         return args.func(args)
-    except LabError as e:
+    except (LabError, NotBuilt) as e:
         sys.stderr.write(f"slabkit {args.command_name}: error: {e}\n")
         return 2
     except KeyboardInterrupt:

@@ -2,7 +2,7 @@
 
 One run = one child process: the workload's argv with
 LD_PRELOAD="<probe> <allocator>" (the probe, build/libimas.so, first, so it
-forwards to the allocator; see notes/probe.md), its stdout and stderr in
+forwards to the allocator; its log: docs/probe-log.md), its stdout and stderr in
 files, sampled every 5-100 ms for RssAnon (of the child and its descendants)
 while it runs, then reaped with wait4 for its CPU time and peak RSS.
 Without sampling (the standard suite: the sampler's own CPU would compete
