@@ -162,9 +162,18 @@ def test_fork_child_writes_its_own(lib, sites_exe, tmp_path):
     assert "child_leak" not in fp and fp["leak_big"][1] == 2 << 20
 
 
+def default_signals():
+    # As from a terminal: a runner started in the background (nohup, `&`)
+    # ignores SIGINT and SIGQUIT, children inherit that, and the profiler
+    # rightly leaves an ignored signal alone.
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def start_waiting(lib, exe, prof):
     e = dict(clean_env(), LD_PRELOAD=lib, SLABKIT_PROF=prof)
-    p = subprocess.Popen([exe, "wait"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([exe, "wait"], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=default_signals)
     assert p.stdout.readline().strip() == "ready"
     return p
 
