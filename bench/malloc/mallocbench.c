@@ -38,6 +38,7 @@
  *   mallocbench [--full] [--repeat N] [--patterns a,b] [--designs slab,slub|all]
  *               [--allocator NAME=PATH] [--build DIR] [--traces DIR]
  *               [--callgrind] [--list] [--json] */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -584,6 +585,52 @@ static bool is_peer(const char *name)
     return !strcmp(name, "jemalloc") || !strcmp(name, "tcmalloc") || !strcmp(name, "mimalloc");
 }
 
+/* --print-designs (run with libslabkit.so preloaded): the library's own list
+ * of designs, one a line; the library is the one place that names them. */
+static int print_designs(void)
+{
+    const char *const *(*designs)(void) = (const char *const *(*)(void))dlsym(RTLD_DEFAULT, "slabkit_designs");
+    if (!designs)
+        return 1;
+    for (const char *const *d = designs(); *d; d++)
+        printf("%s\n", *d);
+    return 0;
+}
+
+/* --designs: "all" becomes every design of lib, and every name is checked
+ * against that list (a typo would otherwise measure the default design under
+ * another name: the library warns and falls back). */
+static void expand_designs(const char *lib, const char *list, char *out, size_t outlen)
+{
+    char cmd[8400], known[256] = "";
+    snprintf(cmd, sizeof cmd, "LD_PRELOAD='%s' '%s' --print-designs", lib, self);
+    FILE *f = popen(cmd, "r");
+    char line[64];
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", known[0] ? "," : "", line);
+    }
+    if (!f || pclose(f) != 0 || !known[0])
+        fail("--designs: cannot ask %s for its designs", lib);
+    if (strcmp(list, "all") == 0) {
+        snprintf(out, outlen, "%s", known);
+        return;
+    }
+    snprintf(out, outlen, "%s", list);
+    char names[256], k[256];
+    snprintf(names, sizeof names, "%s", list);
+    for (char *save = NULL, *d = strtok_r(names, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
+        bool found = false;
+        snprintf(k, sizeof k, "%s", known);
+        for (char *s2 = NULL, *n = strtok_r(k, ",", &s2); n && !found; n = strtok_r(NULL, ",", &s2))
+            found = strcmp(n, d) == 0;
+        if (!found) {
+            fprintf(stderr, "mallocbench: --designs: unknown design '%s' (known: %s, or all)\n", d, known);
+            exit(2);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *sc = getenv("MALLOCBENCH_SCALE");
@@ -591,6 +638,8 @@ int main(int argc, char **argv)
         scale = atof(sc);
     if (argc == 3 && strcmp(argv[1], "--child") == 0)
         return child(argv[2]);
+    if (argc == 2 && strcmp(argv[1], "--print-designs") == 0)
+        return print_designs();
 
     int repeat = 3;
     bool json = false, full = false, callgrind = false, list = false;
@@ -676,8 +725,9 @@ int main(int argc, char **argv)
     }
     if (access(lib, R_OK) == 0) {
         add_alloc("slabkit", lib, NULL);          /* the default design */
-        char dl[256];
-        snprintf(dl, sizeof dl, "%s", designs);
+        char dl[256] = "";
+        if (designs[0])
+            expand_designs(lib, designs, dl, sizeof dl);
         for (char *d = strtok(dl, ","); d; d = strtok(NULL, ",")) {
             char name[64];
             snprintf(name, sizeof name, "slabkit-%s", d);

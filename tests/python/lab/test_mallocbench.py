@@ -68,3 +68,16 @@ def test_json_and_bad_options(bench, build):
     for bad in (["--patterns", "nosuch"], ["--allocator", "x"], ["--repeat"]):
         r = subprocess.run([bench] + bad, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr
+
+
+def test_designs_all_and_unknown(bench, build):
+    # "all" is the library's own list; an unknown name is refused, not measured as the default.
+    env = dict(os.environ, SLABKIT_BUILD=build)
+    r = subprocess.run([bench, "--patterns", "startup", "--repeat", "1", "--json", "--designs", "all"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    ran = {x["allocator"] for x in json.loads(r.stdout)["results"]}
+    assert {"slabkit-slab", "slabkit-slub", "slabkit-slob", "slabkit-slqb"} <= ran
+    r = subprocess.run([bench, "--patterns", "startup", "--designs", "slub,nosuch"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 2 and "unknown design 'nosuch'" in r.stderr and "slqb" in r.stderr
