@@ -220,8 +220,6 @@ def status_text(layout, program=None):
                     notes.append(f"{plan.unfinished[c.name]} unfinished")
                 if r and c.name in r.dominated:
                     notes.append("dominated: testing stopped")
-                if r and s and c.name not in r.admissible:
-                    notes.append("worse than system on one side")
                 if not c.available():
                     notes.append("library missing")
                 role = "".join(m for m, n in (("F", "fastest"), ("M", "efficient"), ("B", "balanced"))
