@@ -209,7 +209,7 @@ def status_text(layout, program=None):
             out.append(head)
             r = plan.ranking
             tm = settings.time_metric
-            rows = [("allocator", "tests", f"{tm} s (x best)", "peak RSS MiB (x best)", "time x mem", "role", "notes")]
+            rows = [("allocator", "tests", f"{tm} s (x best)", "peak RSS MiB (x best)", "time x mem^2", "role", "notes")]
             extra = sorted((set(marks) | set(plan.fresh)) - {c.name for c in cands})
             for c in cands + [cands_mod.Candidate(a) for a in extra]:
                 s = r.summaries.get(c.name) if r else None

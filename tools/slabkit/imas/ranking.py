@@ -4,20 +4,25 @@ For one program, each allocator's fresh tests give two series: time (CPU
 seconds, user + sys, by default; or wall seconds) and memory (peak resident
 set).  Each is summarised by its median and a robust spread
 (metrics.summarize); a difference within the noise of the two series, or
-within TIE_REL (3 %), is a tie (metrics.is_tie).  Costs are relative to the
+within TIE_FLOOR (3 % of time, 1 % of memory), is a tie (metrics.is_tie).  Costs are relative to the
 program's best candidate (1.0 = the best), so a 1 % lead and a 3x lead no
 longer count the same.
 
   fastest   = the least time; among those tied with it, the least memory
   efficient = the least memory; among those tied with it, the least time
-  balanced  = the least product of the relative time and memory (the score
-              users pay: x0.8 time for x1.1 memory is 0.88, a gain);
-              among those tied with it, the least memory
-  A tie the second criterion does not break goes to the best median on the
-  first (then on the second): within noise the median is still the best estimate, and the system
-  allocator gets no preference (its tests, like every candidate's, were
-  taken without the shim; what switching costs is measured in
-  docs/benchmarks-imas.md: 0.1-0.3 ms at start-up, nothing per call).
+  balanced  = the least relative time x relative memory squared; among
+              those tied with it, the least memory.  Balanced is the rule of
+              a machine that is not busy (policy.py): CPU time is not what is
+              short then, while a peak resident set is held for the whole
+              run, away from every other process and the page cache; so 1 %
+              more memory has to buy 2 % less time (MEM_WEIGHT): x0.8 the
+              time for x1.1 the memory scores 0.97 (taken), x0.9 for x1.1
+              scores 1.09 (not).
+  A tie the second criterion does not break goes to the better median on
+  the first (then on the second): within the noise the median is still the
+  best estimate.  The system allocator gets no preference: every
+  candidate's tests, its own too, ran without the shim, and what switching
+  costs (docs/benchmarks-imas.md) is nothing per call.
 dominated: a candidate another one beats clearly on one criterion (by CLEAR,
   25 %, beyond noise) without losing on the other beyond noise: it can win
   no role, so testing stops for it (SLOB on a threaded program).
@@ -29,6 +34,13 @@ import math
 from .. import metrics
 
 CLEAR = 1.25
+MEM_WEIGHT = 2
+# The least difference that is not a tie, per criterion, however small the
+# spread of a few tests: run times on a shared machine wander by a few per cent
+# (metrics.TIE_REL, 3 %); a peak resident set is counted in pages and repeats
+# within a fraction of a per cent (the last evaluation's held-out repeats:
+# 0.2-1 % for programs above 10 MiB), so 1 % of memory is a real difference.
+TIE_FLOOR = {"time": metrics.TIE_REL, "mem": 0.01, "score": metrics.TIE_REL}
 
 
 class Ranking:
@@ -59,9 +71,10 @@ def _pick(names, first, second, summ, pos):
     Returns (winner, the names tied with it on both: a toss more tests may
     decide)."""
     best = min(names, key=lambda n: (_med(summ[n][first]), pos[n]))
-    tied = [n for n in names if n == best or metrics.is_tie(summ[n][first], summ[best][first])]
+    tied = [n for n in names if n == best or metrics.is_tie(summ[n][first], summ[best][first], TIE_FLOOR[first])]
     best2 = min(tied, key=lambda n: (_med(summ[n][second]), pos[n]))
-    tied2 = [n for n in tied if n == best2 or metrics.is_tie(summ[n][second], summ[best2][second])]
+    tied2 = [n for n in tied
+             if n == best2 or metrics.is_tie(summ[n][second], summ[best2][second], TIE_FLOOR[second])]
     return min(tied2, key=lambda n: (_med(summ[n][first]), _med(summ[n][second]), pos[n])), tied2
 
 
@@ -83,11 +96,12 @@ def rank(tests, order=(), time_key="cpu"):
     mbest = min(_med(s["mem"]) for s in summ.values())
     rel_t = {a: _med(s["time"]) / tbest for a, s in summ.items()}
     rel_m = {a: _med(s["mem"]) / mbest for a, s in summ.items()}
-    # The product's relative spread from its factors' (independent series).
+    # The score's relative spread from its factors' (independent series).
     score = {}
     for a, s in summ.items():
-        rsd = math.hypot(metrics.noise(s["time"]) / _med(s["time"]), metrics.noise(s["mem"]) / _med(s["mem"]))
-        v = rel_t[a] * rel_m[a]
+        rsd = math.hypot(metrics.noise(s["time"]) / _med(s["time"]),
+                         MEM_WEIGHT * metrics.noise(s["mem"]) / _med(s["mem"]))
+        v = rel_t[a] * rel_m[a] ** MEM_WEIGHT
         score[a] = {"median": v, "mad": v * rsd / metrics.MAD_TO_SIGMA}
 
     fastest, tied_t = _pick(names, "time", "mem", summ, pos)
@@ -102,7 +116,7 @@ def rank(tests, order=(), time_key="cpu"):
                 continue
             for lose, keep in (("time", "mem"), ("mem", "time")):
                 if (_med(summ[a][lose]) >= CLEAR * _med(summ[b][lose]) and worse(summ[a][lose], summ[b][lose], 0)
-                        and not worse(summ[b][keep], summ[a][keep], metrics.TIE_REL)):
+                        and not worse(summ[b][keep], summ[a][keep], TIE_FLOOR[keep])):
                     dominated.add(a)
     undecided = set()
     for tied in (tied_t, tied_m, tied_b):
