@@ -45,11 +45,12 @@ from .. import metrics
 CLEAR = 1.25
 CLEAR_ONE_TEST = 2.0
 MEM_WEIGHT = 2
-# The least difference that is not a tie, per criterion, however small the
-# spread of a few tests: run times on a shared machine wander by a few per cent
+# The least difference that is not a tie, however small the spread of a few
+# tests: run times on a shared machine wander by a few per cent
 # (metrics.TIE_REL, 3 %); a peak resident set is counted in pages and repeats
-# within a fraction of a per cent (the last evaluation's held-out repeats:
-# 0.2-1 % for programs above 10 MiB), so 1 % of memory is a real difference.
+# far closer (the spread of a candidate's training tests in docs/
+# benchmarks-imas.md: median 0.2-0.3 %), so 1 % of memory is a difference
+# unless the program's own measured spread says otherwise.
 TIE_FLOOR = {"time": metrics.TIE_REL, "mem": 0.01, "score": metrics.TIE_REL}
 
 
