@@ -238,8 +238,9 @@ def status_text(layout, program=None):
                            f"{(prof['requested_mean'] or 0) / 1048576:.1f} MiB on average; peak RSS on the "
                            f"system allocator then {prof['rss_peak'] / 1048576:.1f} MiB")
             out.append("")
-    out.append("role: F fastest, M most memory-efficient, B balanced; medians of the fresh tests ± robust spread, "
-               "(x best) relative to the best candidate; differences within the spread are ties")
+    out.append("role: F fastest, M most memory-efficient, B balanced; medians of the fresh tests ± robust spread "
+               "(time: of the fastest n//2+1, interference only slows a run down), (x best) relative to the best "
+               "candidate; differences within the spread are ties")
     return "\n".join(out) + "\n"
 
 
