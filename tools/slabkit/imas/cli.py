@@ -209,7 +209,7 @@ def status_text(layout, program=None):
             out.append(head)
             r = plan.ranking
             tm = settings.time_metric
-            rows = [("allocator", "tests", f"{tm} s (x best)", "peak RSS MiB (x best)", "time x mem", "role", "notes")]
+            rows = [("allocator", "tests", f"{tm} s (x best)", "peak RSS MiB (x best)", "time x mem^2", "role", "notes")]
             extra = sorted((set(marks) | set(plan.fresh)) - {c.name for c in cands})
             for c in cands + [cands_mod.Candidate(a) for a in extra]:
                 s = r.summaries.get(c.name) if r else None
@@ -220,8 +220,6 @@ def status_text(layout, program=None):
                     notes.append(f"{plan.unfinished[c.name]} unfinished")
                 if r and c.name in r.dominated:
                     notes.append("dominated: testing stopped")
-                if r and s and c.name not in r.admissible:
-                    notes.append("worse than system on one side")
                 if not c.available():
                     notes.append("library missing")
                 role = "".join(m for m, n in (("F", "fastest"), ("M", "efficient"), ("B", "balanced"))
@@ -240,8 +238,9 @@ def status_text(layout, program=None):
                            f"{(prof['requested_mean'] or 0) / 1048576:.1f} MiB on average; peak RSS on the "
                            f"system allocator then {prof['rss_peak'] / 1048576:.1f} MiB")
             out.append("")
-    out.append("role: F fastest, M most memory-efficient, B balanced; medians of the fresh tests ± robust spread, "
-               "(x best) relative to the best candidate; differences within the spread are ties")
+    out.append("role: F fastest, M most memory-efficient, B balanced; medians of the fresh tests ± robust spread "
+               "(time: of the fastest n//2+1, interference only slows a run down), (x best) relative to the best "
+               "candidate; differences within the spread are ties")
     return "\n".join(out) + "\n"
 
 
