@@ -68,6 +68,7 @@ static void secret_init(void)
 }
 
 static void *cache_alloc_checked_shim(struct kmem_cache *cp, int flags);
+static void cache_free_shim(struct kmem_cache *cp, void *buf);
 static void *cache_alloc_hot_shim(struct kmem_cache *cp, void *hot, int flags);
 
 /* free_owned for designs without one, and under the debug layer (whose free
@@ -116,6 +117,10 @@ void cache_init(void)
         sk_design.alloc_checked = cache_alloc_checked_shim;
     if (!sk_design.alloc_hot || sk_opt.debug)
         sk_design.alloc_hot = cache_alloc_hot_shim;
+    if (!sk_design.cache_alloc || sk_opt.debug)
+        sk_design.cache_alloc = sk_design.alloc_checked;
+    if (!sk_design.cache_free || sk_opt.debug)
+        sk_design.cache_free = cache_free_shim;
     if (sk_opt.prof.interval)
         prof_install();                /* wraps the finished table (SLABKIT_PROF) */
     cache_reclaim_init();
@@ -319,29 +324,34 @@ static void *cache_alloc_hot_shim(struct kmem_cache *cp, void *hot, int flags)
     return sk_design.alloc_checked(cp, flags);
 }
 
-/* One indirect jump: the design's alloc_checked, or the shim above. */
+/* One indirect jump: the design's cache_alloc (by default alloc_checked,
+ * or the shim above). */
 SK_API SK_FASTPATH void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
 {
-    return sk_design.alloc_checked(cp, flags);
+    return sk_design.cache_alloc(cp, flags);
 }
 
-/* Fast path: the page's owner entry (its address from buf's, beside the
- * region_map check) and a compare, then a tail call to the design.  NULL
- * (slot 0 of the region map is never a region), SLOB pages and bad pointers all take
- * the slow path below. */
-SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf);
-
+/* One indirect jump: the design's cache_free, by default the shim below. */
 SK_API SK_FASTPATH void kmem_cache_free(kmem_cache_t *cp, void *buf)
 {
-    struct page_owner *o;
-    if (likely(page_owner_lookup(buf, &o)) && likely(o->cache == cp && cp != NULL)) {
+    sk_design.cache_free(cp, buf);
+}
+
+/* cache_free for designs without one: the page's owner entry (its address
+ * from buf's, beside the region_map check) and a compare, then a tail call
+ * to the design.  NULL (slot 0 of the region map is never a region), SLOB
+ * pages and bad pointers all go to cache_free_foreign. */
+SK_FASTPATH static void cache_free_shim(struct kmem_cache *cp, void *buf)
+{
+    const struct page_owner *o;
+    if (likely(cache_owner_is(cp, buf, &o))) {
         sk_design.free_owned(cp, buf, o);
         return;
     }
-    kmem_cache_free_slow(cp, buf);
+    cache_free_foreign(cp, buf);
 }
 
-SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf)
+void cache_free_foreign(struct kmem_cache *cp, void *buf)
 {
     if (!buf)
         return;
