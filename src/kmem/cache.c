@@ -68,7 +68,6 @@ static void secret_init(void)
 }
 
 static void *cache_alloc_checked_shim(struct kmem_cache *cp, int flags);
-static void cache_free_shim(struct kmem_cache *cp, void *buf);
 static void *cache_alloc_hot_shim(struct kmem_cache *cp, void *hot, int flags);
 
 /* free_owned for designs without one, and under the debug layer (whose free
@@ -119,8 +118,8 @@ void cache_init(void)
         sk_design.alloc_hot = cache_alloc_hot_shim;
     if (!sk_design.cache_alloc || sk_opt.debug)
         sk_design.cache_alloc = sk_design.alloc_checked;
-    if (!sk_design.cache_free || sk_opt.debug)
-        sk_design.cache_free = cache_free_shim;
+    if (!sk_design.cache_free_owned || sk_opt.debug)
+        sk_design.cache_free_owned = sk_design.free_owned;
     if (sk_opt.prof.interval)
         prof_install();                /* wraps the finished table (SLABKIT_PROF) */
     cache_reclaim_init();
@@ -331,27 +330,25 @@ SK_API SK_FASTPATH void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
     return sk_design.cache_alloc(cp, flags);
 }
 
-/* One indirect jump: the design's cache_free, by default the shim below. */
+/* Fast path: the page's owner entry (its address from buf's, beside the
+ * region_map check) and a compare, then a tail call to the design's
+ * cache_free_owned (by default free_owned).  NULL (slot 0 of the region map
+ * is never a region), SLOB pages and bad pointers all take the slow path
+ * below.  (Folding this check into each design's function, behind one jump
+ * to it, measured 0.1-0.2 ns slower an objcache iteration on SLAB.) */
+SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf);
+
 SK_API SK_FASTPATH void kmem_cache_free(kmem_cache_t *cp, void *buf)
 {
-    sk_design.cache_free(cp, buf);
-}
-
-/* cache_free for designs without one: the page's owner entry (its address
- * from buf's, beside the region_map check) and a compare, then a tail call
- * to the design.  NULL (slot 0 of the region map is never a region), SLOB
- * pages and bad pointers all go to cache_free_foreign. */
-SK_FASTPATH static void cache_free_shim(struct kmem_cache *cp, void *buf)
-{
-    const struct page_owner *o;
-    if (likely(cache_owner_is(cp, buf, &o))) {
-        sk_design.free_owned(cp, buf, o);
+    struct page_owner *o;
+    if (likely(page_owner_lookup(buf, &o)) && likely(o->cache == cp && cp != NULL)) {
+        sk_design.cache_free_owned(cp, buf, o);
         return;
     }
-    cache_free_foreign(cp, buf);
+    kmem_cache_free_slow(cp, buf);
 }
 
-void cache_free_foreign(struct kmem_cache *cp, void *buf)
+SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf)
 {
     if (!buf)
         return;

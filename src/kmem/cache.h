@@ -155,15 +155,13 @@ struct design_ops {
      * stream of mixed sizes (thread.h).  NULL: a shim to alloc_checked. */
     void *(*alloc_hot)(struct kmem_cache *cp, void *hot, int flags);
 
-    /* Optional: kmem_cache_alloc and kmem_cache_free themselves, for a
-     * design that serves the caches made by kmem_cache_create otherwise
-     * than the generic ones behind kmalloc and malloc (SLUB's and SLQB's
-     * sheaves, sheaf.h), or more leanly.  cache_free does the whole free:
-     * the owner check (cache_owner_is) first, cache_free_foreign when it
-     * fails.  NULL (and under the debug layer): alloc_checked, and the
-     * core's check followed by free_owned. */
+    /* Optional: kmem_cache_alloc itself, and kmem_cache_free's path after
+     * the core's owner check (as free_owned), for a design that serves the
+     * caches made by kmem_cache_create otherwise than the generic ones
+     * behind kmalloc and malloc (SLUB's and SLQB's sheaves, sheaf.h).
+     * NULL (and under the debug layer): alloc_checked and free_owned. */
     void *(*cache_alloc)(struct kmem_cache *cp, int flags);
-    void  (*cache_free)(struct kmem_cache *cp, void *obj);
+    void  (*cache_free_owned)(struct kmem_cache *cp, void *obj, const struct page_owner *o);
 };
 
 extern struct design_ops sk_design __attribute__((visibility("hidden")));  /* the active design (a copy) */
@@ -370,22 +368,6 @@ SK_COLD void *cache_alloc_failed(struct kmem_cache *cp, int flags);
  * contract -- reap every cache, retry once, then NULL with errno = ENOMEM --
  * so malloc can tail-call alloc_checked.  Designs ignore it. */
 #define KM_MALLOC 2
-
-/* kmem_cache_free's check, for a design's cache_free: buf lies on one of
- * cp's slab pages (*op its owner entry); false for NULL, a foreign or bad
- * pointer and a NULL cp, which go to cache_free_foreign. */
-SK_INLINE bool cache_owner_is(const struct kmem_cache *cp, const void *buf, const struct page_owner **op)
-{
-    struct page_owner *o;
-    if (likely(page_owner_lookup(buf, &o)) && likely(o->cache == cp && cp != NULL)) {
-        *op = o;
-        return true;
-    }
-    return false;
-}
-/* kmem_cache_free of a pointer cache_owner_is refused: NULL is ignored,
- * SLOB's shared pages go to the design, the rest is reported. */
-SK_NOINLINE void cache_free_foreign(struct kmem_cache *cp, void *buf);
 
 /* Reporting helpers for designs (all abort). */
 SK_NORETURN SK_COLD void cache_bad_free(struct kmem_cache *cp, const void *p, const char *what);

@@ -126,9 +126,9 @@ SK_INLINE bool sheaf_bad_pointer(const struct sheaf_conf *sf, const void *obj, c
     return HARDENED && unlikely(((x >> sf->shift) | (x << ((64 - sf->shift) & 63))) >= sf->nobjs);
 }
 
-/* The designs' kmem_cache_alloc and kmem_cache_free (design_ops.cache_alloc,
- * cache_free).  sf: cp's settings (its address only is computed before the
- * owner check: cp may be NULL there); plain, owned: the design's own
+/* The designs' kmem_cache_alloc and kmem_cache_free after the core's owner
+ * check (design_ops.cache_alloc, cache_free_owned).  sf: cp's settings;
+ * plain, owned: the design's own
  * alloc_checked and free_owned, for a cache without sheaves; slow: the
  * sheaf's slow paths (the free's checks the pointer again and reports); tick:
  * the ticker's carry.  The sheaf path falls through, the other is laid out
@@ -142,15 +142,11 @@ SK_INLINE void *sheaf_cache_alloc(struct kmem_cache *cp, int flags, const struct
     return sheaf_alloc(cp, flags, slow);
 }
 
-SK_INLINE void sheaf_cache_free(struct kmem_cache *cp, void *obj, const struct sheaf_conf *sf,
+SK_INLINE void sheaf_cache_free(struct kmem_cache *cp, void *obj, const struct page_owner *o,
+                                const struct sheaf_conf *sf,
                                 void (*owned)(struct kmem_cache *, void *, const struct page_owner *),
                                 void (*slow)(struct kmem_cache *, void *), void (*tick)(struct kmem_cache *))
 {
-    const struct page_owner *o;
-    if (unlikely(!cache_owner_is(cp, obj, &o))) {
-        cache_free_foreign(cp, obj);
-        return;
-    }
     if (unlikely(!sf->on)) {
         owned(cp, obj, o);
         return;

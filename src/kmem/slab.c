@@ -1172,18 +1172,6 @@ SK_FASTPATH static void slab_free_owned(struct kmem_cache *cp, void *obj, const 
     free_fast(cp, obj, HARDENED ? page_owner_anchor(o, obj) : 0, cache_cpu_owned(o));
 }
 
-/* kmem_cache_free: the core's owner check and the free above in one
- * function, with no second jump. */
-SK_FASTPATH static void slab_cache_free(struct kmem_cache *cp, void *obj)
-{
-    const struct page_owner *o;
-    if (likely(cache_owner_is(cp, obj, &o))) {
-        free_fast(cp, obj, HARDENED ? page_owner_anchor(o, obj) : 0, cache_cpu_owned(o));
-        return;
-    }
-    cache_free_foreign(cp, obj);
-}
-
 /* --- Cache set-up and tear-down --------------------------------------------- */
 
 static uint64_t inverse_odd(uint64_t odd)
@@ -1609,7 +1597,6 @@ const struct design_ops slab_design = {
     .alloc_hot = slab_alloc_hot,
     .free = slab_free,
     .free_owned = slab_free_owned,
-    .cache_free = slab_cache_free,
     .reap = slab_reap,
     .thread_exit = slab_thread_exit,
     .stats = slab_stats,

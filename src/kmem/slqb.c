@@ -826,9 +826,9 @@ SK_FASTPATH static void *slqb_cache_alloc(struct kmem_cache *cp, int flags)
     return sheaf_cache_alloc(cp, flags, &slqb(cp)->sheaf, slqb_alloc_checked, slqb_cache_alloc_slow);
 }
 
-SK_FASTPATH static void slqb_cache_free(struct kmem_cache *cp, void *obj)
+SK_FASTPATH static void slqb_cache_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    sheaf_cache_free(cp, obj, &slqb(cp)->sheaf, slqb_free_owned, slqb_cache_free_slow, slqb_sheaf_tick);
+    sheaf_cache_free(cp, obj, o, &slqb(cp)->sheaf, slqb_free_owned, slqb_cache_free_slow, slqb_sheaf_tick);
 }
 
 /* --- Thread exit, reap --------------------------------------------------- */
@@ -1122,7 +1122,7 @@ const struct design_ops slqb_design = {
     .free = slqb_free,
     .free_owned = slqb_free_owned,
     .cache_alloc = slqb_cache_alloc,
-    .cache_free = slqb_cache_free,
+    .cache_free_owned = slqb_cache_free_owned,
     .reap = slqb_reap,
     .thread_exit = slqb_thread_exit,
     .stats = slqb_stats,
