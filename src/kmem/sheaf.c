@@ -13,10 +13,9 @@ static bool sheaf_make(struct kmem_cache *cp, struct sheaf *s)
     if (!mem)
         return false;
     s->round = mem + 1;
-    s->cap = SHEAF_CAP;
     struct sheaf_hot *h = cache_cpu_hot(cp, &s->own);
     h->base = h->top = s->round;
-    h->limit = s->round + s->cap;
+    h->limit = s->round + SHEAF_CAP;
     __atomic_store_n(&s->hot, h, __ATOMIC_RELEASE);   /* statistics read it from other threads */
     return true;
 }
@@ -45,6 +44,8 @@ void *sheaf_alloc_slow(struct kmem_cache *cp, struct sheaf *s, void *cpu, int fl
         return got[0];
     }
     struct sheaf_hot *h = s->hot;
+    while (n - 1 > (uint32_t)(h->limit - h->top))     /* never, unless a get freed into this sheaf */
+        ops->put(cp, cpu, got[--n]);
     memcpy(h->top, got + 1, (n - 1) * sizeof(void *));
     h->top += n - 1;
     s->moved_in += n - 1;
@@ -66,10 +67,10 @@ void sheaf_free_slow(struct kmem_cache *cp, struct sheaf *s, void *cpu, void *ob
         sk_report_buffer("double free", obj, cp->name, "the object is already free (on top of the thread's sheaf)");
     if (h->top == h->limit) {
         /* Full: the older half goes back to the design. */
-        uint32_t n = s->cap / 2;
+        uint32_t n = SHEAF_CAP / 2;
         for (uint32_t i = 0; i < n; i++)
             ops->put(cp, cpu, h->base[i]);
-        memmove(h->base, h->base + n, (s->cap - n) * sizeof(void *));
+        memmove(h->base, h->base + n, (SHEAF_CAP - n) * sizeof(void *));
         h->top -= n;
         s->moved_out += n;
     }

@@ -49,8 +49,7 @@ _Static_assert(offsetof(struct sheaf_hot, base) == 16 && offsetof(struct sheaf_h
 
 struct sheaf {
     struct sheaf_hot *hot;         /* the inline slot, or own (an overflow cache); NULL: no array */
-    void **round;                  /* cap objects, round[-1] a NULL guard; NULL until first used */
-    uint32_t cap;
+    void **round;                  /* SHEAF_CAP objects, round[-1] a NULL guard; NULL until first used */
     uint64_t frees;                /* kmem_cache_free's: slow paths, and the ticker's carries */
     uint64_t moved_in, moved_out;  /* objects taken from and given back to the design */
     struct sheaf_hot own;
@@ -129,11 +128,10 @@ SK_INLINE bool sheaf_bad_pointer(const struct sheaf_conf *sf, const void *obj, c
 
 /* The designs' kmem_cache_alloc and kmem_cache_free after the core's owner
  * check (design_ops.cache_alloc, cache_free_owned).  sf: cp's settings;
- * plain, owned: the design's own
- * alloc_checked and free_owned, for a cache without sheaves; slow: the
- * sheaf's slow paths (the free's checks the pointer again and reports); tick:
- * the ticker's carry.  The sheaf path falls through, the other is laid out
- * of line. */
+ * plain, owned: the design's own alloc_checked and free_owned, for a cache
+ * without sheaves; slow: the sheaf's slow paths (the free's checks the
+ * pointer again and reports); tick: the ticker's carry.  The sheaf path
+ * falls through, the other is laid out of line. */
 SK_INLINE void *sheaf_cache_alloc(struct kmem_cache *cp, int flags, const struct sheaf_conf *sf,
                                   void *(*plain)(struct kmem_cache *, int),
                                   void *(*slow)(struct kmem_cache *, int))
@@ -161,7 +159,8 @@ SK_INLINE void sheaf_cache_free(struct kmem_cache *cp, void *obj, const struct p
 
 /* Slow paths, on the thread that owns s (they make its array and hot part
  * when it has none).  s: the thread's sheaf (zeroed when made), cpu the
- * design's state that holds it; s NULL when the thread has none (exited):
+ * design's state that holds it.  A thread with no state (exited) allocates
+ * from the design directly; its frees come here with s NULL and go
  * straight to the design. */
 void *sheaf_alloc_slow(struct kmem_cache *cp, struct sheaf *s, void *cpu, int flags, const struct sheaf_ops *ops);
 void sheaf_free_slow(struct kmem_cache *cp, struct sheaf *s, void *cpu, void *obj, const struct sheaf_ops *ops);

@@ -970,27 +970,15 @@ SK_NOINLINE SK_COLD static void slub_sheaf_tick(struct kmem_cache *cp)
 }
 
 /* new_slab sets every owner entry's anchor to the slab's first object. */
-/* The design's own paths for a cache without sheaves, inlined into the two
- * below (a jump fewer than through slub_alloc_checked and slub_free_owned). */
-SK_INLINE void *plain_alloc(struct kmem_cache *cp, int flags)
-{
-    return alloc_fast(cp, cache_cpu_fast(cp), flags, slub_alloc_slow_checked);
-}
-
-SK_INLINE void plain_free(struct kmem_cache *cp, void *obj, const struct page_owner *o)
-{
-    free_fast(cp, cache_cpu_owned(o), obj);
-}
-
 SK_FASTPATH static void *slub_cache_alloc(struct kmem_cache *cp, int flags)
 {
-    return sheaf_cache_alloc(cp, flags, &((struct slub_cache *)cache_priv(cp))->sheaf, plain_alloc,
+    return sheaf_cache_alloc(cp, flags, &((struct slub_cache *)cache_priv(cp))->sheaf, slub_alloc_checked,
                              slub_cache_alloc_slow);
 }
 
 SK_FASTPATH static void slub_cache_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    sheaf_cache_free(cp, obj, o, &((struct slub_cache *)cache_priv(cp))->sheaf, plain_free,
+    sheaf_cache_free(cp, obj, o, &((struct slub_cache *)cache_priv(cp))->sheaf, slub_free_owned,
                      slub_cache_free_slow, slub_sheaf_tick);
 }
 
