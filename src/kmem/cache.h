@@ -66,6 +66,14 @@ struct kmem_cache {
     void (*user_dtor)(void *, size_t);  /* design's ctor/dtor are NULL and debug.c runs these */
     char name[CACHE_NAME_LEN];
     struct kmem_cache *next;   /* all caches, under cache_list_lock */
+    /* kmem_cache_alloc's path, and kmem_cache_free's after the core's owner
+     * check: the design's alloc_checked and free_owned, set by cache_create;
+     * a design's cache_init may choose others for this cache (SLUB's and
+     * SLQB's sheaves for a cache with a constructor, sheaf.h).  One jump
+     * from the entry point, and no per-cache test in the design's path.
+     * (In the padding before priv: no field moves.) */
+    void *(*alloc_fn)(struct kmem_cache *cp, int flags);
+    void (*free_fn)(struct kmem_cache *cp, void *obj, const struct page_owner *o);
     /* The design's private state follows, aligned to a cache line. */
     _Alignas(CACHE_LINE) char priv[];
 };
@@ -154,14 +162,6 @@ struct design_ops {
      * known, so each load before an address costs every allocation of a
      * stream of mixed sizes (thread.h).  NULL: a shim to alloc_checked. */
     void *(*alloc_hot)(struct kmem_cache *cp, void *hot, int flags);
-
-    /* Optional: kmem_cache_alloc itself, and kmem_cache_free's path after
-     * the core's owner check (as free_owned), for a design that serves the
-     * caches made by kmem_cache_create otherwise than the generic ones
-     * behind kmalloc and malloc (SLUB's and SLQB's sheaves, sheaf.h).
-     * NULL (and under the debug layer): alloc_checked and free_owned. */
-    void *(*cache_alloc)(struct kmem_cache *cp, int flags);
-    void  (*cache_free_owned)(struct kmem_cache *cp, void *obj, const struct page_owner *o);
 };
 
 extern struct design_ops sk_design __attribute__((visibility("hidden")));  /* the active design (a copy) */

@@ -8,9 +8,10 @@
  * forwardings and the pointer's decode on one dependency chain); an array
  * keeps the chain in one per-thread pointer, as SLAB's magazine does
  * (kmembench objcache: SLUB 3.3 -> 2.85 ns, SLQB 3.55 -> 2.8).  Only
- * kmem_cache_alloc and kmem_cache_free use it (design_ops.cache_alloc,
- * cache_free_owned): the generic caches behind kmalloc and malloc, and
- * every cache without a constructor, keep the design's own paths.
+ * kmem_cache_alloc and kmem_cache_free use it (the cache's alloc_fn and
+ * free_fn, set by the design's cache_init): the generic caches behind
+ * kmalloc and malloc, and every cache without a constructor, keep the
+ * design's own paths.
  *
  * Layout: the hot part (top and bounds, the free ticker) is the thread's
  * inline slot of the cache (cp->cpu_off); the design's own hot part moves to
@@ -126,30 +127,13 @@ SK_INLINE bool sheaf_bad_pointer(const struct sheaf_conf *sf, const void *obj, c
     return HARDENED && unlikely(((x >> sf->shift) | (x << ((64 - sf->shift) & 63))) >= sf->nobjs);
 }
 
-/* The designs' kmem_cache_alloc and kmem_cache_free after the core's owner
- * check (design_ops.cache_alloc, cache_free_owned).  sf: cp's settings;
- * plain, owned: the design's own alloc_checked and free_owned, for a cache
- * without sheaves; slow: the sheaf's slow paths (the free's checks the
- * pointer again and reports); tick: the ticker's carry.  The sheaf path
- * falls through, the other is laid out of line. */
-SK_INLINE void *sheaf_cache_alloc(struct kmem_cache *cp, int flags, const struct sheaf_conf *sf,
-                                  void *(*plain)(struct kmem_cache *, int),
-                                  void *(*slow)(struct kmem_cache *, int))
+/* A sheaf cache's kmem_cache_free after the core's owner check (its
+ * free_fn): the pointer's check, then the push; slow: the sheaf's slow path
+ * (which checks the pointer again and reports), tick: the ticker's carry. */
+SK_INLINE void sheaf_free_checked(struct kmem_cache *cp, void *obj, const struct page_owner *o,
+                                  const struct sheaf_conf *sf, void (*slow)(struct kmem_cache *, void *),
+                                  void (*tick)(struct kmem_cache *))
 {
-    if (unlikely(!sf->on))
-        return plain(cp, flags);
-    return sheaf_alloc(cp, flags, slow);
-}
-
-SK_INLINE void sheaf_cache_free(struct kmem_cache *cp, void *obj, const struct page_owner *o,
-                                const struct sheaf_conf *sf,
-                                void (*owned)(struct kmem_cache *, void *, const struct page_owner *),
-                                void (*slow)(struct kmem_cache *, void *), void (*tick)(struct kmem_cache *))
-{
-    if (unlikely(!sf->on)) {
-        owned(cp, obj, o);
-        return;
-    }
     if (sheaf_bad_pointer(sf, obj, o)) {
         slow(cp, obj);
         return;

@@ -820,15 +820,17 @@ SK_NOINLINE SK_COLD static void slqb_sheaf_tick(struct kmem_cache *cp)
         cache_tick_carry(&l->sheaf.frees);
 }
 
-/* slab_new sets every owner entry's anchor to the slab's first object. */
-SK_FASTPATH static void *slqb_cache_alloc(struct kmem_cache *cp, int flags)
+/* kmem_cache_alloc and kmem_cache_free (after the core's owner check) of a
+ * cache with a constructor: its alloc_fn and free_fn. */
+SK_FASTPATH static void *slqb_sheaf_alloc(struct kmem_cache *cp, int flags)
 {
-    return sheaf_cache_alloc(cp, flags, &slqb(cp)->sheaf, slqb_alloc_checked, slqb_cache_alloc_slow);
+    return sheaf_alloc(cp, flags, slqb_cache_alloc_slow);
 }
 
-SK_FASTPATH static void slqb_cache_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
+/* slab_new sets every owner entry's anchor to the slab's first object. */
+SK_FASTPATH static void slqb_sheaf_free(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    sheaf_cache_free(cp, obj, o, &slqb(cp)->sheaf, slqb_free_owned, slqb_cache_free_slow, slqb_sheaf_tick);
+    sheaf_free_checked(cp, obj, o, &slqb(cp)->sheaf, slqb_cache_free_slow, slqb_sheaf_tick);
 }
 
 /* --- Thread exit, reap --------------------------------------------------- */
@@ -976,6 +978,10 @@ static int slqb_cache_init(struct kmem_cache *cp)
     c->node.hot = &c->node.own_hot;
     c->constructed = cp->ctor != NULL;
     sheaf_conf_init(&c->sheaf, cp, c->bsize, c->objs);
+    if (c->sheaf.on) {
+        cp->alloc_fn = slqb_sheaf_alloc;
+        cp->free_fn = slqb_sheaf_free;
+    }
     return 0;
 }
 
@@ -1121,8 +1127,6 @@ const struct design_ops slqb_design = {
     .alloc_hot = slqb_alloc_hot,
     .free = slqb_free,
     .free_owned = slqb_free_owned,
-    .cache_alloc = slqb_cache_alloc,
-    .cache_free_owned = slqb_cache_free_owned,
     .reap = slqb_reap,
     .thread_exit = slqb_thread_exit,
     .stats = slqb_stats,

@@ -969,17 +969,17 @@ SK_NOINLINE SK_COLD static void slub_sheaf_tick(struct kmem_cache *cp)
         cache_tick_carry(&c->sheaf.frees);
 }
 
-/* new_slab sets every owner entry's anchor to the slab's first object. */
-SK_FASTPATH static void *slub_cache_alloc(struct kmem_cache *cp, int flags)
+/* kmem_cache_alloc and kmem_cache_free (after the core's owner check) of a
+ * cache with a constructor: its alloc_fn and free_fn. */
+SK_FASTPATH static void *slub_sheaf_alloc(struct kmem_cache *cp, int flags)
 {
-    return sheaf_cache_alloc(cp, flags, &((struct slub_cache *)cache_priv(cp))->sheaf, slub_alloc_checked,
-                             slub_cache_alloc_slow);
+    return sheaf_alloc(cp, flags, slub_cache_alloc_slow);
 }
 
-SK_FASTPATH static void slub_cache_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
+/* new_slab sets every owner entry's anchor to the slab's first object. */
+SK_FASTPATH static void slub_sheaf_free(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    sheaf_cache_free(cp, obj, o, &((struct slub_cache *)cache_priv(cp))->sheaf, slub_free_owned,
-                     slub_cache_free_slow, slub_sheaf_tick);
+    sheaf_free_checked(cp, obj, o, &((struct slub_cache *)cache_priv(cp))->sheaf, slub_cache_free_slow, slub_sheaf_tick);
 }
 
 /* --- Cache set-up and tear-down ---------------------------------------------- */
@@ -1076,8 +1076,11 @@ static int slub_cache_init(struct kmem_cache *cp)
     /* A sheaf cache's slabs are all of one order: the free's check has one
      * object count. */
     sheaf_conf_init(&sc->sheaf, cp, sc->bufsize, sc->objects);
-    if (sc->sheaf.on)
+    if (sc->sheaf.on) {
         sc->min_order = sc->order;
+        cp->alloc_fn = slub_sheaf_alloc;
+        cp->free_fn = slub_sheaf_free;
+    }
     return 0;
 }
 
@@ -1276,8 +1279,6 @@ const struct design_ops slub_design = {
     .alloc_hot = slub_alloc_hot,
     .free = slub_free,
     .free_owned = slub_free_owned,
-    .cache_alloc = slub_cache_alloc,
-    .cache_free_owned = slub_cache_free_owned,
     .reap = slub_reap,
     .thread_exit = slub_thread_exit,
     .stats = slub_stats,
