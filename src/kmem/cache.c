@@ -173,6 +173,8 @@ struct kmem_cache *cache_create(const char *name, size_t size, size_t align,
     }
     cp->id = (unsigned)id;
     cp->cpu_off = (unsigned)offsetof(struct sk_thread, hot[cp->id < THREAD_CPU_INLINE ? cp->id : THREAD_CPU_OVERFLOW]);
+    cp->alloc_fn = sk_design.alloc_checked;
+    cp->free_fn = sk_design.free_owned;
     if (sk_design.cache_init(cp) != 0) {
         lock_acquire(&cache_list_lock);
         id_free(cp->id);
@@ -319,23 +321,25 @@ static void *cache_alloc_hot_shim(struct kmem_cache *cp, void *hot, int flags)
     return sk_design.alloc_checked(cp, flags);
 }
 
-/* One indirect jump: the design's alloc_checked, or the shim above. */
+/* One indirect jump: the cache's alloc_fn (by default the design's
+ * alloc_checked, or the shim above). */
 SK_API SK_FASTPATH void *kmem_cache_alloc(kmem_cache_t *cp, int flags)
 {
-    return sk_design.alloc_checked(cp, flags);
+    return cp->alloc_fn(cp, flags);
 }
 
 /* Fast path: the page's owner entry (its address from buf's, beside the
- * region_map check) and a compare, then a tail call to the design.  NULL
- * (slot 0 of the region map is never a region), SLOB pages and bad pointers all take
- * the slow path below. */
+ * region_map check) and a compare, then a tail call to the cache's free_fn
+ * (by default the design's free_owned).  NULL (slot 0 of the region map is
+ * never a region), SLOB pages and bad pointers all take the slow path
+ * below. */
 SK_NOINLINE static void kmem_cache_free_slow(struct kmem_cache *cp, void *buf);
 
 SK_API SK_FASTPATH void kmem_cache_free(kmem_cache_t *cp, void *buf)
 {
     struct page_owner *o;
     if (likely(page_owner_lookup(buf, &o)) && likely(o->cache == cp && cp != NULL)) {
-        sk_design.free_owned(cp, buf, o);
+        cp->free_fn(cp, buf, o);
         return;
     }
     kmem_cache_free_slow(cp, buf);

@@ -66,6 +66,14 @@ struct kmem_cache {
     void (*user_dtor)(void *, size_t);  /* design's ctor/dtor are NULL and debug.c runs these */
     char name[CACHE_NAME_LEN];
     struct kmem_cache *next;   /* all caches, under cache_list_lock */
+    /* kmem_cache_alloc's path, and kmem_cache_free's after the core's owner
+     * check: the design's alloc_checked and free_owned, set by cache_create;
+     * a design's cache_init may choose others for this cache (SLUB's and
+     * SLQB's sheaves for a cache with a constructor, sheaf.h).  One jump
+     * from the entry point, and no per-cache test in the design's path.
+     * (In the padding before priv: no field moves.) */
+    void *(*alloc_fn)(struct kmem_cache *cp, int flags);
+    void (*free_fn)(struct kmem_cache *cp, void *obj, const struct page_owner *o);
     /* The design's private state follows, aligned to a cache line. */
     _Alignas(CACHE_LINE) char priv[];
 };

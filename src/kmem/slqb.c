@@ -71,6 +71,7 @@
  *    batchcount = freebatch, cached = LIFOs + rlists + remote_free queues. */
 #include <string.h>
 #include "cache.h"
+#include "sheaf.h"
 #include "slqb.h"
 #include "../core/options.h"
 #include "../core/report.h"
@@ -124,6 +125,7 @@ struct slqb_list {
     unsigned long rf_nr;
     uint64_t rf_batches;
     struct slqb_hot own_hot;
+    struct sheaf sheaf;            /* a sheaf cache's (owner thread only): its hot part is the inline slot */
 };
 
 struct slqb_cache {
@@ -133,6 +135,7 @@ struct slqb_cache {
     uint32_t objs, order, fpoff;
     uint32_t freebatch, hiwater;
     bool constructed;              /* a constructor: empty slabs kept (6.) */
+    struct sheaf_conf sheaf;       /* kmem_cache_alloc/free through sheaves (sheaf.h): a constructor */
     /* Shared. */
     _Alignas(CACHE_LINE) struct sk_lock node_lock;
     struct sk_lock lists_lock;
@@ -576,7 +579,7 @@ SK_NOINLINE static struct slqb_list *list_create(struct kmem_cache *cp)
         lock_release(&c->lists_lock);
         return NULL;
     }
-    struct slqb_hot *h = cache_cpu_hot(cp, &l->own_hot);
+    struct slqb_hot *h = c->sheaf.on ? &l->own_hot : cache_cpu_hot(cp, &l->own_hot);
     h->list = l;
     __atomic_store_n(&l->hot, h, __ATOMIC_RELEASE);   /* slqb_stats reads it under lists_lock only */
     *slot = l;
@@ -628,6 +631,8 @@ SK_NOINLINE static void *shared_alloc(struct kmem_cache *cp, int flags)
     }
 }
 
+static void *alloc_from(struct kmem_cache *cp, void *cpu, int flags);
+
 SK_NOINLINE static void *alloc_slow(struct kmem_cache *cp, int flags)
 {
     struct slqb_list *l = cache_cpu(cp);
@@ -636,10 +641,17 @@ SK_NOINLINE static void *alloc_slow(struct kmem_cache *cp, int flags)
         if (!l)
             return shared_alloc(cp, flags);
     }
+    return alloc_from(cp, l, flags);
+}
+
+/* One object from l's own structures (the sheaves' get, and the slow path). */
+static void *alloc_from(struct kmem_cache *cp, void *cpu, int flags)
+{
+    struct slqb_list *l = cpu;
     if (slqb(cp)->constructed && (++l->slow & 15) == 0)
         list_ws_step(cp, l, os_now_ms());
     void *obj = l->hot->head;
-    if (obj) {                     /* an overflow cache: its fast path always misses */
+    if (obj) {                     /* an overflow or sheaf cache: its fast path always misses */
         l->hot->head = get_next(cp, obj, slqb(cp)->fpoff);
         l->hot->nr--;
         l->hot->allocs++;
@@ -706,10 +718,11 @@ SK_FASTPATH static void *slqb_alloc_hot(struct kmem_cache *cp, void *hot, int fl
 
 /* --- Free ---------------------------------------------------------------- */
 
-SK_NOINLINE static void free_slow(struct kmem_cache *cp, struct page_desc *s, void *obj)
+/* obj (on slab s) to l's structures; l NULL: the thread has none yet (or
+ * any more). */
+static void free_to(struct kmem_cache *cp, struct slqb_list *l, struct page_desc *s, void *obj)
 {
     struct slqb_cache *c = slqb(cp);
-    struct slqb_list *l = cache_cpu(cp);
     if (!l) {
         l = list_create(cp);
         if (!l) {
@@ -731,6 +744,11 @@ SK_NOINLINE static void free_slow(struct kmem_cache *cp, struct page_desc *s, vo
     if (unlikely(HARDENED && obj == l->rhead))
         double_free(cp, obj, "on this thread's remote list");
     rlist_add(cp, l, obj, owner);
+}
+
+SK_NOINLINE static void free_slow(struct kmem_cache *cp, struct page_desc *s, void *obj)
+{
+    free_to(cp, cache_cpu(cp), s, obj);
 }
 
 SK_COLD SK_NORETURN static void bad_pointer(struct kmem_cache *cp, void *obj)
@@ -766,6 +784,55 @@ SK_FASTPATH static void slqb_free_owned(struct kmem_cache *cp, void *obj, const 
     free_fast(cp, obj, page_owner_anchor(o, obj), cache_cpu_owned(o));
 }
 
+/* --- kmem_cache_alloc and kmem_cache_free: sheaves for caches with a
+ * constructor (sheaf.h), the paths above for the others ---------------- */
+
+static void sheaf_put(struct kmem_cache *cp, void *cpu, void *obj)
+{
+    free_to(cp, cpu, slab_of(obj), obj);
+}
+
+static const struct sheaf_ops slqb_sheaf_ops = { alloc_from, sheaf_put };
+
+SK_NOINLINE static void *slqb_cache_alloc_slow(struct kmem_cache *cp, int flags)
+{
+    struct slqb_list *l = cache_cpu(cp);
+    if (!l)
+        l = list_create(cp);
+    void *obj = l ? sheaf_alloc_slow(cp, &l->sheaf, l, flags, &slqb_sheaf_ops) : shared_alloc(cp, flags);
+    return likely(obj != NULL) ? obj : cache_alloc_failed(cp, flags);
+}
+
+SK_NOINLINE static void slqb_cache_free_slow(struct kmem_cache *cp, void *obj)
+{
+    if (sheaf_bad_pointer(&slqb(cp)->sheaf, obj, page_owner_of(obj)))
+        bad_pointer(cp, obj);
+    struct slqb_list *l = cache_cpu(cp);
+    if (!l)
+        l = list_create(cp);
+    sheaf_free_slow(cp, l ? &l->sheaf : NULL, l, obj, &slqb_sheaf_ops);
+}
+
+SK_NOINLINE SK_COLD static void slqb_sheaf_tick(struct kmem_cache *cp)
+{
+    struct slqb_list *l = cache_cpu(cp);
+    if (l)
+        cache_tick_carry(&l->sheaf.frees);
+}
+
+/* kmem_cache_alloc and kmem_cache_free (after the core's owner check) of a
+ * cache with a constructor: its alloc_fn and free_fn. */
+SK_FASTPATH static void *slqb_sheaf_alloc(struct kmem_cache *cp, int flags)
+{
+    return sheaf_alloc(cp, flags, slqb_cache_alloc_slow);
+}
+
+/* slab_new sets every owner entry's anchor to the slab's first object. */
+SK_FASTPATH static void slqb_sheaf_free(struct kmem_cache *cp, void *obj, const struct page_owner *o)
+{
+    sheaf_free_checked(cp, obj, o, &slqb(cp)->sheaf, slqb_cache_free_slow, slqb_sheaf_tick);
+}
+
 /* --- Thread exit, reap --------------------------------------------------- */
 
 /* Give everything l holds back (any thread may run it for l: l's own thread
@@ -774,6 +841,7 @@ static void slqb_thread_exit(struct kmem_cache *cp, void *cpu)
 {
     struct slqb_cache *c = slqb(cp);
     struct slqb_list *l = cpu;
+    sheaf_drain(cp, &l->sheaf, l, &slqb_sheaf_ops);
     flush_free_list(cp, l, l->hot->nr);
     rlist_flush(cp, l);
     if (claim_remote(cp, l)) {
@@ -832,6 +900,7 @@ static size_t slqb_reap(struct kmem_cache *cp)
     uint64_t before = __atomic_load_n(&c->slabs, __ATOMIC_RELAXED);
     struct slqb_list *l = cache_cpu(cp);
     if (l) {
+        sheaf_drain(cp, &l->sheaf, l, &slqb_sheaf_ops);
         claim_remote(cp, l);
         flush_free_list(cp, l, l->hot->nr);
         rlist_flush(cp, l);
@@ -908,6 +977,11 @@ static int slqb_cache_init(struct kmem_cache *cp)
     c->node.own_hot.list = &c->node;
     c->node.hot = &c->node.own_hot;
     c->constructed = cp->ctor != NULL;
+    sheaf_conf_init(&c->sheaf, cp, c->bsize, c->objs);
+    if (c->sheaf.on) {
+        cp->alloc_fn = slqb_sheaf_alloc;
+        cp->free_fn = slqb_sheaf_free;
+    }
     return 0;
 }
 
@@ -952,6 +1026,7 @@ SK_RACY_READS static void list_sum(const struct slqb_list *l, struct slqb_sums *
     s->allocs += LOAD(l->allocs) + LOAD(h->allocs);
     s->frees += LOAD(l->frees) + LOAD(h->ticks);
     s->cached += LOAD(h->nr) + LOAD(l->rnr) + LOAD(l->rf_nr);
+    sheaf_correct(&l->sheaf, &s->allocs, &s->frees);
 }
 
 static void slqb_stats(struct kmem_cache *cp, struct slabkit_cache_stats *out)

@@ -56,6 +56,7 @@
 #include <limits.h>
 #include <string.h>
 #include "cache.h"
+#include "sheaf.h"
 #include "../core/options.h"
 #include "../core/report.h"
 #include "../os/os.h"
@@ -114,6 +115,7 @@ struct slub_cache {
     unsigned cpu_partial;           /* Linux s->cpu_partial: objects; reported as `limit` */
     unsigned cpu_partial_slabs;     /* the bound on a thread's cpu partial list */
     uint64_t div_m;                 /* offset % bufsize == 0 test (see divisible) */
+    struct sheaf_conf sheaf;        /* kmem_cache_alloc/free through sheaves (sheaf.h): a constructor */
     /* Statistics: atomics, slow paths only. */
     uint64_t nr_slabs, nr_objs;     /* slabs held from the page layer, objects in them */
     uint64_t allocs, frees;         /* folded from exited threads and the shared path */
@@ -141,6 +143,7 @@ struct slub_cpu {
     unsigned cpu_partial_slabs;     /* bound; 0 for the temporary state of an exited thread */
     uint32_t slow;                  /* refills: every 16th samples the clock for the timed step */
     struct slub_hot own_hot;
+    struct sheaf sheaf;             /* a sheaf cache's: its hot part is the inline slot, and hot is own_hot */
 };
 
 static unsigned slub_min_objects;   /* Linux: 4 * (fls(nr_cpu_ids) + 1) */
@@ -683,7 +686,8 @@ static struct slub_cpu *cpu_create(struct kmem_cache *cp)
     struct slub_cpu *c = cache_own_alloc(sizeof *c);
     if (!c)
         return NULL;
-    cpu_init(cache_priv(cp), c, cache_cpu_hot(cp, &c->own_hot));
+    struct slub_cache *sc = cache_priv(cp);
+    cpu_init(sc, c, sc->sheaf.on ? &c->own_hot : cache_cpu_hot(cp, &c->own_hot));
     /* Release: slub_stats loads the slot (acquire) from another thread and
      * reads the counters; they must be seen zeroed, not as the internal
      * allocator's previous use of this memory left them (weak orderings). */
@@ -704,23 +708,32 @@ static void *alloc_shared(struct kmem_cache *cp, struct slub_cache *sc, int flag
     return obj;
 }
 
-SK_NOINLINE static void *slub_alloc_slow(struct kmem_cache *cp, int flags)
+/* One object from c's own structures (the sheaves' get, and the slow path
+ * when the fast one was bypassed: a cache id beyond the inline slots, a
+ * sheaf cache). */
+static void *alloc_from(struct kmem_cache *cp, void *cpu, int flags)
 {
+    struct slub_cpu *c = cpu;
     struct slub_cache *sc = cache_priv(cp);
-    struct slub_cpu *c = cache_cpu(cp);
-    if (!c) {
-        c = cpu_create(cp);
-        if (!c)
-            return alloc_shared(cp, sc, flags);
-    }
     struct slub_hot *h = c->hot;
     void *obj = h->freelist;
-    if (obj) {                 /* the fast path was bypassed (a cache id beyond the inline slots) */
+    if (obj) {
         h->freelist = get_fp(cp, obj, sc->fp_off);
         h->allocs++;
         return obj;
     }
     return alloc_refill(cp, sc, c, flags);
+}
+
+SK_NOINLINE static void *slub_alloc_slow(struct kmem_cache *cp, int flags)
+{
+    struct slub_cpu *c = cache_cpu(cp);
+    if (!c) {
+        c = cpu_create(cp);
+        if (!c)
+            return alloc_shared(cp, cache_priv(cp), flags);
+    }
+    return alloc_from(cp, c, flags);
 }
 
 /* alloc_checked's slow path: failures settled by the core (cache.h). */
@@ -871,11 +884,11 @@ bad:
  * takes the object on its local list with no atomic: a slab a free has just
  * frozen collects the rest of that thread's frees into it for the price of
  * one CAS.  Any other slab: the shared list, by CAS. */
-SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
+static void free_to(struct kmem_cache *cp, void *cpu, void *obj)
 {
     struct slub_cache *sc = cache_priv(cp);
-    struct slub_cpu *c = cache_cpu(cp);
-    /* An overflow cache's fast path always misses: its active slab is here. */
+    struct slub_cpu *c = cpu;
+    /* An overflow or sheaf cache's fast path always misses: its active slab is here. */
     if (c && c->hot == &c->own_hot && (uintptr_t)obj - c->hot->base < c->hot->span) {
         free_fast(cp, c->hot, obj);
         return;
@@ -907,6 +920,11 @@ SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
     slab_free(cp, sc, c, d, obj);
 }
 
+SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
+{
+    free_to(cp, cache_cpu(cp), obj);
+}
+
 SK_FASTPATH static void slub_free(struct kmem_cache *cp, void *obj)
 {
     free_fast(cp, cache_cpu_fast(cp), obj);
@@ -916,6 +934,52 @@ SK_FASTPATH static void slub_free(struct kmem_cache *cp, void *obj)
 SK_FASTPATH static void slub_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
     free_fast(cp, cache_cpu_owned(o), obj);
+}
+
+/* --- kmem_cache_alloc and kmem_cache_free: sheaves for caches with a
+ * constructor (sheaf.h), the paths above for the others ---------------- */
+
+static const struct sheaf_ops slub_sheaf_ops = { alloc_from, free_to };
+
+SK_NOINLINE static void *slub_cache_alloc_slow(struct kmem_cache *cp, int flags)
+{
+    struct slub_cpu *c = cache_cpu(cp);
+    if (!c)
+        c = cpu_create(cp);
+    void *obj = c ? sheaf_alloc_slow(cp, &c->sheaf, c, flags, &slub_sheaf_ops)
+                  : alloc_shared(cp, cache_priv(cp), flags);
+    return likely(obj != NULL) ? obj : cache_alloc_failed(cp, flags);
+}
+
+SK_NOINLINE static void slub_cache_free_slow(struct kmem_cache *cp, void *obj)
+{
+    const struct page_owner *o = page_owner_of(obj);
+    if (sheaf_bad_pointer(&((struct slub_cache *)cache_priv(cp))->sheaf, obj, o))
+        report_interior(cp, obj, (uintptr_t)obj - page_owner_anchor(o, obj));
+    struct slub_cpu *c = cache_cpu(cp);
+    if (!c)
+        c = cpu_create(cp);
+    sheaf_free_slow(cp, c ? &c->sheaf : NULL, c, obj, &slub_sheaf_ops);
+}
+
+SK_NOINLINE SK_COLD static void slub_sheaf_tick(struct kmem_cache *cp)
+{
+    struct slub_cpu *c = cache_cpu(cp);
+    if (c)
+        cache_tick_carry(&c->sheaf.frees);
+}
+
+/* kmem_cache_alloc and kmem_cache_free (after the core's owner check) of a
+ * cache with a constructor: its alloc_fn and free_fn. */
+SK_FASTPATH static void *slub_sheaf_alloc(struct kmem_cache *cp, int flags)
+{
+    return sheaf_alloc(cp, flags, slub_cache_alloc_slow);
+}
+
+/* new_slab sets every owner entry's anchor to the slab's first object. */
+SK_FASTPATH static void slub_sheaf_free(struct kmem_cache *cp, void *obj, const struct page_owner *o)
+{
+    sheaf_free_checked(cp, obj, o, &((struct slub_cache *)cache_priv(cp))->sheaf, slub_cache_free_slow, slub_sheaf_tick);
 }
 
 /* --- Cache set-up and tear-down ---------------------------------------------- */
@@ -1009,6 +1073,14 @@ static int slub_cache_init(struct kmem_cache *cp)
         sc->cpu_partial_slabs = sc->cpu_partial / 16;
     sc->div_m = div_init(sc->bufsize);
     sc->constructed = cp->ctor != NULL;
+    /* A sheaf cache's slabs are all of one order: the free's check has one
+     * object count. */
+    sheaf_conf_init(&sc->sheaf, cp, sc->bufsize, sc->objects);
+    if (sc->sheaf.on) {
+        sc->min_order = sc->order;
+        cp->alloc_fn = slub_sheaf_alloc;
+        cp->free_fn = slub_sheaf_free;
+    }
     return 0;
 }
 
@@ -1043,7 +1115,15 @@ static void slub_cache_fini(struct kmem_cache *cp)
 static void slub_thread_exit(struct kmem_cache *cp, void *cpu)
 {
     struct slub_cpu *c = cpu;
-    cpu_flush(cp, cache_priv(cp), c);
+    struct slub_cache *sc = cache_priv(cp);
+    if (sc->sheaf.on) {
+        sheaf_drain(cp, &c->sheaf, c, &slub_sheaf_ops);
+        uint64_t allocs = 0, frees = 0;
+        sheaf_correct(&c->sheaf, &allocs, &frees);
+        __atomic_fetch_add(&sc->allocs, allocs, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&sc->frees, frees, __ATOMIC_RELAXED);
+    }
+    cpu_flush(cp, sc, c);
     cache_own_free(c, sizeof *c);
 }
 
@@ -1078,6 +1158,9 @@ static size_t release_empty(struct kmem_cache *cp, struct slub_cache *sc, unsign
 static size_t slub_reap(struct kmem_cache *cp)
 {
     struct slub_cache *sc = cache_priv(cp);
+    struct slub_cpu *c = sc->sheaf.on ? cache_cpu(cp) : NULL;
+    if (c)                         /* the caller's sheaf, as Linux's kmem_cache_shrink flushes them */
+        sheaf_drain(cp, &c->sheaf, c, &slub_sheaf_ops);
     lock_acquire(&sc->lock);
     return release_empty(cp, sc, UINT_MAX);
 }
@@ -1141,6 +1224,7 @@ SK_RACY_READS static void slub_cpu_sum(void *arg, void *acc)
     struct slub_sums *s = acc;
     s->allocs += __atomic_load_n(&c->hot->allocs, __ATOMIC_RELAXED);
     s->frees += __atomic_load_n(&c->frees, __ATOMIC_RELAXED) + __atomic_load_n(&c->hot->ticks, __ATOMIC_RELAXED);
+    sheaf_correct(&c->sheaf, &s->allocs, &s->frees);
 }
 
 /* Exact once the other threads have exited (their counters are folded). */

@@ -296,9 +296,11 @@ static void *stats_worker(void *arg)
     return NULL;
 }
 
-static void test_stats(void)
+/* ctor: a cache with a constructor, which SLUB and SLQB serve from sheaves
+ * (objects a thread holds count as allocated to their design). */
+static void stats_run(void (*ctor)(void *, size_t))
 {
-    kmem_cache_t *cp = kmem_cache_create("test_stats", 72, 0, NULL, NULL);
+    kmem_cache_t *cp = kmem_cache_create("test_stats", 72, 0, ctor, NULL);
     REQUIRE(cp);
     struct stats_arg a = { cp, calloc(3000, sizeof(void *)), 0 };
     pthread_t t;
@@ -327,6 +329,12 @@ static void test_stats(void)
           (unsigned long)st.allocs, (unsigned long)st.frees);
     kmem_cache_destroy(cp);
     free(a.keep);
+}
+
+static void test_stats(void)
+{
+    stats_run(NULL);
+    stats_run(ctor_pattern);
     /* slabkit_stats_print writes the slabinfo header. */
     int fds[2];
     REQUIRE(pipe(fds) == 0);
@@ -478,17 +486,22 @@ static void test_limits(void)
 
 /* --- Bad input (children) ---------------------------------------------------------- */
 
+/* The children's caches' constructor: none, or one (SLUB's and SLQB's
+ * kmem_cache_free then takes the sheaf's path, whose checks are its own). */
+static void (*bad_ctor)(void *, size_t);
+static void noop_ctor(void *buf, size_t size) { (void)buf; (void)size; }
+
 static void bad_wrong_cache(void *arg)
 {
-    kmem_cache_t *a = kmem_cache_create("cache_alpha", 64, 0, NULL, NULL);
-    kmem_cache_t *b = kmem_cache_create("cache_beta", 64, 0, NULL, NULL);
+    kmem_cache_t *a = kmem_cache_create("cache_alpha", 64, 0, bad_ctor, NULL);
+    kmem_cache_t *b = kmem_cache_create("cache_beta", 64, 0, bad_ctor, NULL);
     void *p = kmem_cache_alloc(a, KM_SLEEP);
     kmem_cache_free(b, p);
 }
 
 static void bad_foreign(void *arg)
 {
-    kmem_cache_t *a = kmem_cache_create("cache_alpha", 64, 0, NULL, NULL);
+    kmem_cache_t *a = kmem_cache_create("cache_alpha", 64, 0, bad_ctor, NULL);
     kmem_cache_alloc(a, KM_SLEEP);
     static char not_ours[64];
     kmem_cache_free(a, not_ours);
@@ -497,7 +510,7 @@ static void bad_foreign(void *arg)
 static void bad_interior(void *arg)
 {
     size_t size = *(size_t *)arg;
-    kmem_cache_t *a = kmem_cache_create("cache_alpha", size, 0, NULL, NULL);
+    kmem_cache_t *a = kmem_cache_create("cache_alpha", size, 0, bad_ctor, NULL);
     char *p = kmem_cache_alloc(a, KM_SLEEP);
     kmem_cache_alloc(a, KM_SLEEP);
     kmem_cache_free(a, p + 8);
@@ -506,7 +519,7 @@ static void bad_interior(void *arg)
 static void bad_double(void *arg)
 {
     size_t size = *(size_t *)arg;
-    kmem_cache_t *a = kmem_cache_create("cache_alpha", size, 0, NULL, NULL);
+    kmem_cache_t *a = kmem_cache_create("cache_alpha", size, 0, bad_ctor, NULL);
     void *keep = kmem_cache_alloc(a, KM_SLEEP);
     void *p = kmem_cache_alloc(a, KM_SLEEP);
     (void)keep;
@@ -547,13 +560,9 @@ static void check_report(void (*fn)(void *), void *arg, const char *what, const 
     CHECK(found, "%s: report lacks \"%s\"%s%s: %s", what, want1, want2 ? " or " : "", want2 ? want2 : "", r.err);
 }
 
-static void test_bad_input(void)
+/* The pointer checks of kmem_cache_free and kmem_free. */
+static void bad_pointer_cases(bool slob)
 {
-    /* SLOB only simulates caches and cuts pages into 2-byte units: an object
-     * carries no cache identity and an interior pointer between two live
-     * objects looks like a block start (Linux SLOB could not tell either);
-     * test_slob.c checks what SLOB does detect. */
-    bool slob = strcmp(slabkit_design(), "slob") == 0;
     if (!slob) {
         check_report(bad_wrong_cache, NULL, "wrong cache", "another cache", NULL);
         check_report(bad_wrong_cache, NULL, "wrong cache (names)", "cache_alpha", NULL);
@@ -566,6 +575,19 @@ static void test_bad_input(void)
         check_report(bad_double, &sizes[i], "double free", "double free", NULL);
         check_report(bad_double_kmem, &sizes[i], "double kmem_free", "double free", NULL);
     }
+}
+
+static void test_bad_input(void)
+{
+    /* SLOB only simulates caches and cuts pages into 2-byte units: an object
+     * carries no cache identity and an interior pointer between two live
+     * objects looks like a block start (Linux SLOB could not tell either);
+     * test_slob.c checks what SLOB does detect. */
+    bool slob = strcmp(slabkit_design(), "slob") == 0;
+    bad_pointer_cases(slob);
+    bad_ctor = noop_ctor;              /* the same with a constructor (sheaves) */
+    bad_pointer_cases(slob);
+    bad_ctor = NULL;
     check_report(bad_destroy_live, NULL, "destroy with live objects", "still allocated", NULL);
     check_report(bad_destroy_live, NULL, "destroy with live objects (name)", "cache_alpha", NULL);
     check_report(bad_kmem_free_size, NULL, "kmem_free size", "size does not match", NULL);
