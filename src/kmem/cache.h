@@ -381,6 +381,21 @@ SK_NORETURN SK_COLD void cache_bad_free(struct kmem_cache *cp, const void *p, co
 #define HARDENED 1
 #endif
 
+/* The push onto a per-thread array of objects (SLAB's loaded magazine, a
+ * sheaf): false when the array is full, or when obj is its top object (an
+ * immediate double free, which the caller's slow path reports).  t[-1] of
+ * an empty array is a word that is never an object (a magazine's header, a
+ * sheaf's NULL guard), so there is no test for empty. */
+SK_INLINE bool rounds_push(void ***top, void **limit, void *obj)
+{
+    void **t = *top;
+    if (unlikely(t == limit) || (HARDENED && unlikely(t[-1] == obj)))
+        return false;
+    *t = obj;
+    *top = t + 1;
+    return true;
+}
+
 /* Free-pointer obfuscation (SLUB hardening): ptr ^ secret ^ bswap(location). */
 SK_INLINE uintptr_t freeptr_encode(const struct kmem_cache *cp, const void *ptr, const void *loc)
 {

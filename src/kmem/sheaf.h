@@ -89,17 +89,11 @@ SK_INLINE void sheaf_free(struct kmem_cache *cp, const struct page_owner *o, voi
                           void (*slow)(struct kmem_cache *, void *), void (*tick)(struct kmem_cache *))
 {
     struct sheaf_hot *h = cache_cpu_owned(o);
-    void **t = h->top;
-    if (likely(t != h->limit)) {
-        if (HARDENED && unlikely(t[-1] == obj))
-            goto slow;
-        *t = obj;
-        h->top = t + 1;
+    if (likely(rounds_push(&h->top, h->limit, obj))) {
         if (unlikely(++h->ticks == 0))
             tick(cp);
         return;
     }
-slow:
     slow(cp, obj);
 }
 

@@ -1145,12 +1145,7 @@ SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struc
 {
     if (HARDENED && not_start_base(SC(cp), obj, base))
         goto slow;
-    void **t = h->top;
-    if (likely(t != h->limit)) {
-        if (HARDENED && unlikely(t[-1] == obj))
-            goto slow;
-        *t = obj;
-        h->top = t + 1;
+    if (likely(rounds_push(&h->top, h->limit, obj))) {
         if (unlikely(++h->ticks == 0))
             slab_tick(cp);
         return;
