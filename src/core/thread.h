@@ -64,6 +64,8 @@ struct sk_thread {
     unsigned pcp_count;
     unsigned space;              /* 1 + home iBuddy space; 0 until first use */
     uint64_t pcp_allocs, pcp_frees;  /* order-0 operations served by the lazy list (statistics, no atomics) */
+    int32_t page_freed;          /* pages freed minus taken, not yet in the page layer's shared count */
+    uint32_t page_ticks;         /* page_purge_tick's count for this thread */
 
     enum thread_state state;
     uint32_t tid;                /* kernel thread id, for audit records */
