@@ -71,6 +71,29 @@ static void bonwick_free(kmem_cache_t *cp, int n, void **objs)
         kmem_cache_free(cp, objs[i]);
 }
 
+/* The burst every caching design must keep constructed: n objects
+ * allocated (each constructed once: the slabs hold exactly what was built),
+ * freed and allocated again three times without a constructor call or a
+ * destructor call, then freed.  Returns the objects constructed. */
+static long bonwick_burst(kmem_cache_t *cp, const char *name, int n, void **objs)
+{
+    bonwick_alloc(cp, n, objs);
+    long built = atomic_load(&bonwick_built);
+    struct slabkit_cache_stats st = stats_of(name);
+    CHECK(built == (long)st.num_objs && built >= n, "%s: constructed %ld for %lu objects in slabs", name, built,
+          (unsigned long)st.num_objs);
+    for (int cycle = 0; cycle < 3; cycle++) {
+        bonwick_free(cp, n, objs);
+        bonwick_alloc(cp, n, objs);
+    }
+    CHECK(atomic_load(&bonwick_built) == built, "%s: allocate-free-allocate constructed %ld objects again", name,
+          atomic_load(&bonwick_built) - built);
+    CHECK(atomic_load(&bonwick_destroyed) == 0, "%s: destructed %ld objects while they were in use", name,
+          atomic_load(&bonwick_destroyed));
+    bonwick_free(cp, n, objs);
+    return built;
+}
+
 static double bonwick_now(void)
 {
     struct timespec ts;

@@ -24,20 +24,6 @@
 size_t slab_hash_info(struct kmem_cache *cp, size_t *rescales);
 
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t page_free_now(void)
-{
-    struct slabkit_page_stats ps;
-    slabkit_page_stats(&ps);
-    return ps.pages_free + ps.pages_lazy;
-}
-
 static atomic_long n_ctor, n_dtor;
 static void count_ctor(void *p, size_t n) { memset(p, 0x3c, n); atomic_fetch_add(&n_ctor, 1); }
 static void count_dtor(void *p, size_t n) { atomic_fetch_add(&n_dtor, 1); }
@@ -390,7 +376,7 @@ static void test_thread_exit_depot(void)
     pthread_t t;
     pthread_create(&t, NULL, exit_worker, objs);
     pthread_join(t, NULL);
-    exit_joined = now_s();
+    exit_joined = bonwick_now();
     struct slabkit_cache_stats st = stats_of("slab_exit");
     CHECK(st.active_objs == 0, "active %lu after the thread freed everything and exited",
           (unsigned long)st.active_objs);
@@ -412,9 +398,9 @@ static void test_thread_exit_depot(void)
      * (SLABKIT_RETURN_DELAY_MS=0): the magazines came to the depot less than
      * one interval ago unless the machine stalled us (then it may go). */
     uint64_t before = st.cached_objs;
-    double t0 = now_s();
+    double t0 = bonwick_now();
     kmem_reap();
-    double dt = now_s() - t0 + (t0 - exit_joined);
+    double dt = bonwick_now() - t0 + (t0 - exit_joined);
     st = stats_of("slab_exit");
     if (dt < 0.09)
         CHECK(st.cached_objs + 2 * st.batchcount >= before, "kmem_reap dropped the working set: %lu -> %lu",
@@ -569,9 +555,9 @@ static void test_urgent_reap_returns(void)
           (unsigned long)st.active_objs, (unsigned long)slabs);
     CHECK(st.cached_objs >= N - 2 * st.batchcount, "the depot caches %lu of %d", (unsigned long)st.cached_objs, N);
     long built = atomic_load(&n_ctor);
-    uint64_t free0 = page_free_now();
+    uint64_t free0 = bonwick_free_pages();
     size_t bytes = cache_reap_all_urgent();
-    uint64_t free1 = page_free_now();
+    uint64_t free1 = bonwick_free_pages();
     st = stats_of("slab_mass");
     /* This thread's own two magazines are not the depot's: they stay. */
     CHECK(st.cached_objs <= 2 * st.batchcount, "urgent reap left %lu cached objects", (unsigned long)st.cached_objs);
@@ -607,23 +593,11 @@ static void test_constructed_kept(void)
     kmem_cache_t *cp = bonwick_cache("slab_bonwick");
     enum { N = 20000, NB = 8000 };
     void **objs = calloc(N, sizeof *objs), **other = calloc(NB, sizeof *other);
-    bonwick_alloc(cp, N, objs);
-    long built = atomic_load(&bonwick_built);
-    struct slabkit_cache_stats st = stats_of("slab_bonwick");
-    CHECK(built == (long)st.num_objs && built >= N, "constructed %ld for %lu buffers in slabs", built,
-          (unsigned long)st.num_objs);
-    for (int cycle = 0; cycle < 3; cycle++) {
-        bonwick_free(cp, N, objs);
-        bonwick_alloc(cp, N, objs);
-    }
-    CHECK(atomic_load(&bonwick_built) == built, "allocate-free-allocate constructed %ld objects again",
-          atomic_load(&bonwick_built) - built);
-    CHECK(atomic_load(&bonwick_destroyed) == 0, "destructed %ld objects while they were in use",
-          atomic_load(&bonwick_destroyed));
-    bonwick_free(cp, N, objs);
-    double last_use = now_s();
+    bonwick_burst(cp, "slab_bonwick", N, objs);
+    struct slabkit_cache_stats st;
+    double last_use = bonwick_now();
     kmem_reap();
-    if (now_s() - last_use < 0.09)
+    if (bonwick_now() - last_use < 0.09)
         CHECK(atomic_load(&bonwick_destroyed) == 0, "kmem_reap destructed %ld objects of the working set",
               atomic_load(&bonwick_destroyed));
     st = stats_of("slab_bonwick");
@@ -632,7 +606,7 @@ static void test_constructed_kept(void)
 
     kmem_cache_t *beside = cache_mass_freed("slab_bonwick_beside", NB, other);
     check_cached_at_least("slab_bonwick_beside", 3u << 19, NB, "the constructed objects count against the budget");
-    CHECK(atomic_load(&bonwick_destroyed) == 0 || now_s() - last_use >= 0.09,
+    CHECK(atomic_load(&bonwick_destroyed) == 0 || bonwick_now() - last_use >= 0.09,
           "another cache's growth destructed %ld objects", atomic_load(&bonwick_destroyed));
     kmem_cache_destroy(beside);
 
@@ -677,7 +651,7 @@ static void test_timed_reap(void)
     uint64_t slabs0 = st.num_slabs;
     CHECK(slabs0 * st.objs_per_slab >= N, "%lu slabs after %d allocations", (unsigned long)slabs0, N);
     uint64_t hostage = (2 * st.batchcount + st.objs_per_slab - 1) / st.objs_per_slab + 1;
-    double t0 = now_s(), waited = 0;
+    double t0 = bonwick_now(), waited = 0;
     void *b[B];
     int rounds = 0;
     while (waited < 5.0) {
@@ -691,7 +665,7 @@ static void test_timed_reap(void)
             break;
         struct timespec ts = { 0, 20 * 1000 * 1000 };
         nanosleep(&ts, NULL);
-        waited = now_s() - t0;
+        waited = bonwick_now() - t0;
     }
     printf("timed reap: slab_idle %lu -> %lu slabs after %.2f s (%d rounds of activity on slab_busy)\n",
            (unsigned long)slabs0, (unsigned long)st.num_slabs, waited, rounds);
