@@ -251,6 +251,14 @@ def plots(doc, outdir):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def save(fig, name, caption):
+        """Writes fig to plots/name under outdir; the (caption, path) the report lists."""
+        fig.tight_layout()
+        rel = os.path.join("plots", name)
+        fig.savefig(os.path.join(outdir, rel), dpi=90)
+        plt.close(fig)
+        return caption, rel
+
     os.makedirs(os.path.join(outdir, "plots"), exist_ok=True)
     names = alloc_names(doc)
     wls = [w["name"] for w in doc["workloads"]]
@@ -287,11 +295,7 @@ def plots(doc, outdir):
         ax.set_ylabel(f"{title}\n(relative to the best = 1; whiskers: min..max)", fontsize=8)
         ax.set_title(title)
         ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
-        rel = os.path.join("plots", f"bars_{key}.png")
-        fig.savefig(os.path.join(outdir, rel), dpi=90)
-        plt.close(fig)
-        made.append((f"{title} per workload", rel))
+        made.append(save(fig, f"bars_{key}.png", f"{title} per workload"))
 
     for w in wls:
         series = {a: doc["samples"].get(f"{w}|{a}") for a in names}
@@ -311,11 +315,7 @@ def plots(doc, outdir):
         ax.set_ylabel("RssAnon (MiB)")
         ax.set_title(f"footprint over time: {w} (first repeat)")
         ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
-        rel = os.path.join("plots", f"footprint_{_safe(w)}.png")
-        fig.savefig(os.path.join(outdir, rel), dpi=90)
-        plt.close(fig)
-        made.append((f"footprint over time, {w}", rel))
+        made.append(save(fig, f"footprint_{_safe(w)}.png", f"footprint over time, {w}"))
 
     qs = ["p50", "p90", "p99", "p999"]
     for w in wls:
@@ -338,11 +338,7 @@ def plots(doc, outdir):
             ax.set_title(f"{op} latency, {w}")
             ax.set_ylabel("ns")
         axes[0].legend(fontsize=7)
-        fig.tight_layout()
-        rel = os.path.join("plots", f"latency_{_safe(w)}.png")
-        fig.savefig(os.path.join(outdir, rel), dpi=90)
-        plt.close(fig)
-        made.append((f"latency percentiles, {w}", rel))
+        made.append(save(fig, f"latency_{_safe(w)}.png", f"latency percentiles, {w}"))
 
     for kind in ("prodcon", "server"):
         ts = sorted({int(w.split(":")[1]) for w in wls if w.startswith(kind + ":")})
@@ -363,11 +359,7 @@ def plots(doc, outdir):
         ax.set_ylabel("wall time (s), same total work")
         ax.set_title(f"scaling with threads: {kind}")
         ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
-        rel = os.path.join("plots", f"scaling_{kind}.png")
-        fig.savefig(os.path.join(outdir, rel), dpi=90)
-        plt.close(fig)
-        made.append((f"scaling with threads, {kind}", rel))
+        made.append(save(fig, f"scaling_{kind}.png", f"scaling with threads, {kind}"))
     return made
 
 
