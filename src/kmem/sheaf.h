@@ -117,7 +117,7 @@ void sheaf_conf_init(struct sheaf_conf *sf, const struct kmem_cache *cp, size_t 
  * not an object's start. */
 SK_INLINE bool sheaf_bad_pointer(const struct sheaf_conf *sf, const void *obj, const struct page_owner *o)
 {
-    uint64_t x = (uint64_t)((uintptr_t)obj - page_owner_anchor(o, obj)) * sf->inv;
+    uint64_t x = (uint64_t)page_owner_offset(o, obj) * sf->inv;
     return HARDENED && unlikely(((x >> sf->shift) | (x << ((64 - sf->shift) & 63))) >= sf->nobjs);
 }
 

@@ -329,18 +329,19 @@ SK_INLINE uint64_t buffer_index(const struct slab_cache *sc, uintptr_t off)
     return (x >> sc->shift) | (x << ((64 - sc->shift) & 63));   /* one ror */
 }
 
-/* True when obj is not the start of a buffer of the slab whose first buffer
- * is at base: the owner entry of every page of a slab holds base (aux). */
-SK_INLINE bool not_start_base(struct slab_cache *sc, void *obj, uintptr_t base)
+/* True when the object at offset off from its slab's first buffer (the
+ * anchor of the slab's owner entries: page_owner_offset) is not the start of
+ * a buffer. */
+SK_INLINE bool not_start_off(struct slab_cache *sc, uintptr_t off)
 {
-    return unlikely(buffer_index(sc, (uintptr_t)obj - base) >= sc->nobjs);
+    return unlikely(buffer_index(sc, off) >= sc->nobjs);
 }
 
 /* The same, looking the owner entry up (compiled out without HARDENED).  The
  * caller found obj on a slab page of cp: its region exists. */
 SK_INLINE bool not_start(struct slab_cache *sc, void *obj)
 {
-    return HARDENED && not_start_base(sc, obj, page_owner_anchor(page_owner_of(obj), obj));
+    return HARDENED && not_start_off(sc, page_owner_offset(page_owner_of(obj), obj));
 }
 
 /* --- Large-object hash ---------------------------------------------------- */
@@ -1136,14 +1137,14 @@ SK_NOINLINE SK_COLD static void slab_tick(struct kmem_cache *cp)
         cache_tick_carry(&cpu->frees);
 }
 
-/* The fast path: check the pointer, push on the loaded magazine.  base is
- * the first buffer of obj's slab (unused without HARDENED), h the thread's
- * hot part.  A failed check goes to the slow path, which checks again and
+/* The fast path: check the pointer, push on the loaded magazine.  off is
+ * obj's offset from its slab's first buffer (unused without HARDENED), h the
+ * thread's hot part.  A failed check goes to the slow path, which checks again and
  * reports: every way out is a return or a jump, and no stack frame is set up
  * for a report that never returns. */
-SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slab_hot *h)
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t off, struct slab_hot *h)
 {
-    if (HARDENED && not_start_base(SC(cp), obj, base))
+    if (HARDENED && not_start_off(SC(cp), off))
         goto slow;
     if (likely(rounds_push(&h->top, h->limit, obj))) {
         if (unlikely(++h->ticks == 0))
@@ -1157,14 +1158,14 @@ slow:
 SK_FASTPATH static void slab_free(struct kmem_cache *cp, void *obj)
 {
     struct page_owner *o = page_owner_of(obj);
-    free_fast(cp, obj, HARDENED ? page_owner_anchor(o, obj) : 0, cache_cpu_fast(cp));
+    free_fast(cp, obj, HARDENED ? page_owner_offset(o, obj) : 0, cache_cpu_fast(cp));
 }
 
 /* The core's free paths have looked the owner entry up already: it gives the
  * slab's first buffer and the thread's hot part without a load from cp. */
 SK_FASTPATH static void slab_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    free_fast(cp, obj, HARDENED ? page_owner_anchor(o, obj) : 0, cache_cpu_owned(o));
+    free_fast(cp, obj, HARDENED ? page_owner_offset(o, obj) : 0, cache_cpu_owned(o));
 }
 
 /* --- Cache set-up and tear-down --------------------------------------------- */
