@@ -195,7 +195,7 @@ struct slab_cache {
     /* Layout: read-only after cache_init. */
     size_t bufsize;
     size_t link_off;               /* small: offset of the link word in a buffer */
-    uint64_t nobjs;                /* 64 bits: the free path's test compares with it in memory */
+    uint32_t nobjs;
     uint32_t order;
     bool small;
     uint32_t shift;                /* bufsize = odd << shift */
@@ -315,7 +315,7 @@ SK_COLD SK_NORETURN static void report_interior(struct kmem_cache *cp, const voi
     uintptr_t off = (uintptr_t)obj - d->priv[1];
     sk_report_buffer("free: invalid pointer (not the start of an object)", obj, cp->name,
                      "offset %ld from the slab's first buffer; buffers are %zu bytes, %u per slab",
-                     (long)off, sc->bufsize, (unsigned)sc->nobjs);
+                     (long)off, sc->bufsize, sc->nobjs);
 }
 
 /* --- Interior-pointer test ----------------------------------------------- */
@@ -1273,7 +1273,7 @@ static int slab_cache_init(struct kmem_cache *cp)
     sc->inv = inverse_odd(bufsize >> sc->shift);
     /* Not under the debug layer, whose free_owned shim must see every free. */
     sc->pow2_mask = bufsize - 1;
-    sc->pow2_end = sc->nobjs * bufsize;
+    sc->pow2_end = (uint64_t)sc->nobjs * bufsize;
     if (sc->inv == 1 && cp->free_fn == slab_free_owned)
         cp->free_fn = slab_free_owned_pow2;
 

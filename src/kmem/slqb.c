@@ -757,15 +757,16 @@ SK_COLD SK_NORETURN static void bad_pointer(struct kmem_cache *cp, void *obj)
 }
 
 /* Fast path: an object of one of this thread's slabs goes on its LIFO.
- * off is obj's offset from the first byte of its slab (its pages' owner
- * anchor: page_owner_offset), h the thread's hot part. */
-SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t off, struct slqb_hot *h)
+ * base is the first byte of obj's slab (its pages' owner anchor), h the
+ * thread's hot part. */
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slqb_hot *h)
 {
     struct slqb_cache *c = slqb(cp);
+    uintptr_t off = (uintptr_t)obj - base;
     uint64_t idx = ((uint64_t)off * c->recip) >> RECIP_SHIFT;
     if (unlikely(HARDENED && (idx * c->bsize != off || idx >= c->objs)))
         bad_pointer(cp, obj);
-    struct page_desc *s = page_desc_at((uintptr_t)obj - off);
+    struct page_desc *s = page_desc_at(base);
     if (likely((struct slqb_list *)SK_LOAD_RACY(&s->priv[SLAB_OWNER]) == h->list)) {   /* invariant b */
         lifo_push(cp, h, obj);
         return;
@@ -775,12 +776,12 @@ SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t off, struct
 
 SK_FASTPATH static void slqb_free(struct kmem_cache *cp, void *obj)
 {
-    free_fast(cp, obj, (uintptr_t)obj - (uintptr_t)page_address(page_desc_of(obj)->head), cache_cpu_fast(cp));
+    free_fast(cp, obj, (uintptr_t)page_address(page_desc_of(obj)->head), cache_cpu_fast(cp));
 }
 
 SK_FASTPATH static void slqb_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    free_fast(cp, obj, page_owner_offset(o, obj), cache_cpu_owned(o));
+    free_fast(cp, obj, page_owner_anchor(o, obj), cache_cpu_owned(o));
 }
 
 /* --- kmem_cache_alloc and kmem_cache_free: sheaves for caches with a

@@ -140,10 +140,9 @@ SK_INLINE bool page_desc_lookup(const void *p, struct page_desc **dp)
 /* The owner map: 16 bytes per frame of a region, at a fixed place in it
  * (REGION_OWNER_OFF), holding what a fast free needs of a slab page: the
  * cache, where the cache's state sits in a thread's struct sk_thread (`cpu`,
- * a byte offset: the object layer's choice), and the low 32 bits of the
- * slab's anchor (the design's choice of address: SLAB its first buffer, SLQB
- * its first page), which give an object's offset from it in one subtraction
- * (page_owner_offset).  Four frames share a cache
+ * a byte offset: the object layer's choice), and the slab's anchor (the
+ * design's choice of address: SLAB its first buffer, SLQB its first page)
+ * relative to the frame itself, so 32 bits do.  Four frames share a cache
  * line where a descriptor fills one: frees of random victims among
  * thousands of live objects missed on the descriptor in three frees of four
  * (mallocbench random: 83 KiB of descriptors for its 1,300 pages, 21 KiB of
@@ -160,7 +159,7 @@ SK_INLINE bool page_desc_lookup(const void *p, struct page_desc **dp)
 struct page_owner {
     struct kmem_cache *cache;
     uint32_t cpu;
-    uint32_t anchor;           /* the anchor's address, mod 2^32 */
+    int32_t anchor;
 };
 _Static_assert(sizeof(struct page_owner) == 16, "four owner entries per cache line");
 
@@ -184,29 +183,26 @@ SK_INLINE bool page_owner_lookup(const void *p, struct page_owner **op)
     return true;
 }
 
-/* p's offset from the anchor that the entry of p's frame records
- * (page_owner_set): two instructions (a 32-bit subtraction, zero-extended).
- * Exact when p >= anchor; below it, 2^32 minus the distance (a slab spans
- * far less than 2^31 bytes), which no slab's object-index test accepts. */
-SK_INLINE uintptr_t page_owner_offset(const struct page_owner *o, const void *p)
-{
-    return (uint32_t)((uint32_t)(uintptr_t)p - o->anchor);
-}
-
-/* The anchor itself, either side of p. */
+/* The anchor an entry of p's frame records (page_owner_set). */
 SK_INLINE uintptr_t page_owner_anchor(const struct page_owner *o, const void *p)
 {
-    return (uintptr_t)p - (uintptr_t)(intptr_t)(int32_t)page_owner_offset(o, p);
+    return ((uintptr_t)p & PAGE_MASK) + (uintptr_t)(intptr_t)o->anchor;
+}
+
+/* p's offset from that anchor: a huge number when p lies below it. */
+SK_INLINE uintptr_t page_owner_offset(const struct page_owner *o, const void *p)
+{
+    return ((uintptr_t)p & ~PAGE_MASK) - (uintptr_t)(intptr_t)o->anchor;
 }
 
 /* Marks npages frames from mem (an allocated block of ours, at most
- * 2^MAX_ORDER pages) as cache's slab, whose anchor lies in those frames. */
+ * 2^MAX_ORDER pages, so every anchor offset fits 32 bits) as cache's slab. */
 SK_INLINE void page_owner_set(void *mem, size_t npages, struct kmem_cache *cache, uint32_t cpu, uintptr_t anchor)
 {
     struct page_owner *o = page_owner_of(mem);
     for (size_t i = 0; i < npages; i++) {
         o[i].cpu = cpu;
-        o[i].anchor = (uint32_t)anchor;
+        o[i].anchor = (int32_t)(anchor - ((uintptr_t)mem + (i << PAGE_SHIFT)));
         __atomic_store_n(&o[i].cache, cache, __ATOMIC_RELEASE);
     }
 }
