@@ -110,9 +110,15 @@ SK_RACY_READS void sheaf_correct(const struct sheaf *s, uint64_t *allocs, uint64
     *allocs += f - sheaf_held(s);
 }
 
-void sheaf_conf_init(struct sheaf_conf *sf, const struct kmem_cache *cp, size_t bufsize, uint64_t nobjs)
+void sheaf_conf_init(struct sheaf_conf *sf, const struct kmem_cache *cp, size_t bufsize, uint64_t nobjs,
+                     size_t slab_bytes)
 {
     sf->on = cp->ctor != NULL && !(cp->flags & (CACHE_KMALLOC | CACHE_INTERNAL));
+    /* Slabs are whole pages: a page-aligned first object, and objects of a
+     * power of two up to a page that leave no tail, make every multiple of
+     * bufsize in the slab an object's start. */
+    sf->aligned = (bufsize & (bufsize - 1)) == 0 && bufsize <= PAGE_SIZE && nobjs * bufsize == slab_bytes;
+    sf->mask = bufsize - 1;
     sf->shift = (uint32_t)__builtin_ctzll(bufsize);
     uint64_t odd = bufsize >> sf->shift, x = odd;  /* Newton: correct to 3 bits, each step doubles them */
     for (int i = 0; i < 5; i++)

@@ -102,22 +102,33 @@ SK_INLINE void sheaf_free(struct kmem_cache *cp, const struct page_owner *o, voi
  * rotate and compare: for objects of bufsize = odd * 2^shift, off is a
  * multiple of bufsize iff rotr(off * inv(odd), shift) <= (2^64 - 1) /
  * bufsize, and is then off / bufsize (SLAB's buffer_index); any off past
- * the last object fails too. */
+ * the last object fails too.  When the objects are a power of two of at
+ * most a page and fill their slabs from the first byte (`aligned`), every
+ * bufsize-aligned address in a slab is an object: the test is one AND of
+ * the pointer, which the design's free_fn for such a cache makes. */
 struct sheaf_conf {
     bool on;                       /* a constructor: kmem_cache_alloc/free go through sheaves */
+    bool aligned;                  /* the one-AND test applies (above) */
     uint32_t shift;
     uint64_t inv;                  /* inverse of odd mod 2^64 */
     uint64_t nobjs;                /* objects per slab (a sheaf cache's slabs are all alike) */
+    uintptr_t mask;                /* bufsize - 1 (aligned) */
 };
 /* Sheaves for cp when it has a constructor (never under the debug layer,
- * which takes the constructor over). */
-void sheaf_conf_init(struct sheaf_conf *sf, const struct kmem_cache *cp, size_t bufsize, uint64_t nobjs);
+ * which takes the constructor over); nobjs objects of bufsize bytes from the
+ * first byte of each slab of slab_bytes. */
+void sheaf_conf_init(struct sheaf_conf *sf, const struct kmem_cache *cp, size_t bufsize, uint64_t nobjs,
+                     size_t slab_bytes);
 
 /* True when obj, whose slab's first object is the owner entry's anchor, is
- * not an object's start. */
-SK_INLINE bool sheaf_bad_pointer(const struct sheaf_conf *sf, const void *obj, const struct page_owner *o)
+ * not an object's start; aligned (a constant at each call site): sf->aligned
+ * holds. */
+SK_INLINE bool sheaf_bad_pointer(const struct sheaf_conf *sf, const void *obj, const struct page_owner *o,
+                                 bool aligned)
 {
-    uint64_t x = (uint64_t)((uintptr_t)obj - page_owner_anchor(o, obj)) * sf->inv;
+    if (aligned)
+        return HARDENED && unlikely((uintptr_t)obj & sf->mask);
+    uint64_t x = (uint64_t)page_owner_offset(o, obj) * sf->inv;
     return HARDENED && unlikely(((x >> sf->shift) | (x << ((64 - sf->shift) & 63))) >= sf->nobjs);
 }
 
@@ -125,10 +136,10 @@ SK_INLINE bool sheaf_bad_pointer(const struct sheaf_conf *sf, const void *obj, c
  * free_fn): the pointer's check, then the push; slow: the sheaf's slow path
  * (which checks the pointer again and reports), tick: the ticker's carry. */
 SK_INLINE void sheaf_free_checked(struct kmem_cache *cp, void *obj, const struct page_owner *o,
-                                  const struct sheaf_conf *sf, void (*slow)(struct kmem_cache *, void *),
-                                  void (*tick)(struct kmem_cache *))
+                                  const struct sheaf_conf *sf, bool aligned,
+                                  void (*slow)(struct kmem_cache *, void *), void (*tick)(struct kmem_cache *))
 {
-    if (sheaf_bad_pointer(sf, obj, o)) {
+    if (sheaf_bad_pointer(sf, obj, o, aligned)) {
         slow(cp, obj);
         return;
     }

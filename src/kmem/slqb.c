@@ -805,7 +805,7 @@ SK_NOINLINE static void *slqb_cache_alloc_slow(struct kmem_cache *cp, int flags)
 
 SK_NOINLINE static void slqb_cache_free_slow(struct kmem_cache *cp, void *obj)
 {
-    if (sheaf_bad_pointer(&slqb(cp)->sheaf, obj, page_owner_of(obj)))
+    if (sheaf_bad_pointer(&slqb(cp)->sheaf, obj, page_owner_of(obj), false))
         bad_pointer(cp, obj);
     struct slqb_list *l = cache_cpu(cp);
     if (!l)
@@ -827,10 +827,15 @@ SK_FASTPATH static void *slqb_sheaf_alloc(struct kmem_cache *cp, int flags)
     return sheaf_alloc(cp, flags, slqb_cache_alloc_slow);
 }
 
-/* slab_new sets every owner entry's anchor to the slab's first object. */
+/* slab_new sets every owner entry's anchor to the slab's first object;
+ * _aligned: the sheaf's one-AND pointer test (sheaf.h) holds for cp. */
 SK_FASTPATH static void slqb_sheaf_free(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    sheaf_free_checked(cp, obj, o, &slqb(cp)->sheaf, slqb_cache_free_slow, slqb_sheaf_tick);
+    sheaf_free_checked(cp, obj, o, &slqb(cp)->sheaf, false, slqb_cache_free_slow, slqb_sheaf_tick);
+}
+SK_FASTPATH static void slqb_sheaf_free_aligned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
+{
+    sheaf_free_checked(cp, obj, o, &slqb(cp)->sheaf, true, slqb_cache_free_slow, slqb_sheaf_tick);
 }
 
 /* --- Thread exit, reap --------------------------------------------------- */
@@ -977,10 +982,10 @@ static int slqb_cache_init(struct kmem_cache *cp)
     c->node.own_hot.list = &c->node;
     c->node.hot = &c->node.own_hot;
     c->constructed = cp->ctor != NULL;
-    sheaf_conf_init(&c->sheaf, cp, c->bsize, c->objs);
+    sheaf_conf_init(&c->sheaf, cp, c->bsize, c->objs, PAGE_SIZE << c->order);
     if (c->sheaf.on) {
         cp->alloc_fn = slqb_sheaf_alloc;
-        cp->free_fn = slqb_sheaf_free;
+        cp->free_fn = c->sheaf.aligned ? slqb_sheaf_free_aligned : slqb_sheaf_free;
     }
     return 0;
 }

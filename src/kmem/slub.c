@@ -954,7 +954,7 @@ SK_NOINLINE static void *slub_cache_alloc_slow(struct kmem_cache *cp, int flags)
 SK_NOINLINE static void slub_cache_free_slow(struct kmem_cache *cp, void *obj)
 {
     const struct page_owner *o = page_owner_of(obj);
-    if (sheaf_bad_pointer(&((struct slub_cache *)cache_priv(cp))->sheaf, obj, o))
+    if (sheaf_bad_pointer(&((struct slub_cache *)cache_priv(cp))->sheaf, obj, o, false))
         report_interior(cp, obj, (uintptr_t)obj - page_owner_anchor(o, obj));
     struct slub_cpu *c = cache_cpu(cp);
     if (!c)
@@ -976,10 +976,17 @@ SK_FASTPATH static void *slub_sheaf_alloc(struct kmem_cache *cp, int flags)
     return sheaf_alloc(cp, flags, slub_cache_alloc_slow);
 }
 
-/* new_slab sets every owner entry's anchor to the slab's first object. */
+/* new_slab sets every owner entry's anchor to the slab's first object;
+ * _aligned: the sheaf's one-AND pointer test (sheaf.h) holds for cp. */
 SK_FASTPATH static void slub_sheaf_free(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
-    sheaf_free_checked(cp, obj, o, &((struct slub_cache *)cache_priv(cp))->sheaf, slub_cache_free_slow, slub_sheaf_tick);
+    sheaf_free_checked(cp, obj, o, &((struct slub_cache *)cache_priv(cp))->sheaf, false, slub_cache_free_slow,
+                       slub_sheaf_tick);
+}
+SK_FASTPATH static void slub_sheaf_free_aligned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
+{
+    sheaf_free_checked(cp, obj, o, &((struct slub_cache *)cache_priv(cp))->sheaf, true, slub_cache_free_slow,
+                       slub_sheaf_tick);
 }
 
 /* --- Cache set-up and tear-down ---------------------------------------------- */
@@ -1075,11 +1082,11 @@ static int slub_cache_init(struct kmem_cache *cp)
     sc->constructed = cp->ctor != NULL;
     /* A sheaf cache's slabs are all of one order: the free's check has one
      * object count. */
-    sheaf_conf_init(&sc->sheaf, cp, sc->bufsize, sc->objects);
+    sheaf_conf_init(&sc->sheaf, cp, sc->bufsize, sc->objects, PAGE_SIZE << sc->order);
     if (sc->sheaf.on) {
         sc->min_order = sc->order;
         cp->alloc_fn = slub_sheaf_alloc;
-        cp->free_fn = slub_sheaf_free;
+        cp->free_fn = sc->sheaf.aligned ? slub_sheaf_free_aligned : slub_sheaf_free;
     }
     return 0;
 }

@@ -189,6 +189,12 @@ SK_INLINE uintptr_t page_owner_anchor(const struct page_owner *o, const void *p)
     return ((uintptr_t)p & PAGE_MASK) + (uintptr_t)(intptr_t)o->anchor;
 }
 
+/* p's offset from that anchor: a huge number when p lies below it. */
+SK_INLINE uintptr_t page_owner_offset(const struct page_owner *o, const void *p)
+{
+    return ((uintptr_t)p & ~PAGE_MASK) - (uintptr_t)(intptr_t)o->anchor;
+}
+
 /* Marks npages frames from mem (an allocated block of ours, at most
  * 2^MAX_ORDER pages, so every anchor offset fits 32 bits) as cache's slab. */
 SK_INLINE void page_owner_set(void *mem, size_t npages, struct kmem_cache *cache, uint32_t cpu, uintptr_t anchor)

@@ -507,13 +507,19 @@ static void bad_foreign(void *arg)
     kmem_cache_free(a, not_ours);
 }
 
+/* A pointer off bytes into an object of size bytes.  Offsets 8, and 128:
+ * half of a 256-byte buffer (248 bytes with a constructor make them), a
+ * multiple of every smaller power of two, which SLAB, SLUB and SLQB test
+ * with a mask of the pointer or of its offset. */
+struct interior { size_t size, off; };
+
 static void bad_interior(void *arg)
 {
-    size_t size = *(size_t *)arg;
-    kmem_cache_t *a = kmem_cache_create("cache_alpha", size, 0, bad_ctor, NULL);
+    const struct interior *c = arg;
+    kmem_cache_t *a = kmem_cache_create("cache_alpha", c->size, 0, bad_ctor, NULL);
     char *p = kmem_cache_alloc(a, KM_SLEEP);
     kmem_cache_alloc(a, KM_SLEEP);
-    kmem_cache_free(a, p + 8);
+    kmem_cache_free(a, p + c->off);
 }
 
 static void bad_double(void *arg)
@@ -568,10 +574,13 @@ static void bad_pointer_cases(bool slob)
         check_report(bad_wrong_cache, NULL, "wrong cache (names)", "cache_alpha", NULL);
     }
     check_report(bad_foreign, NULL, "foreign pointer", "not a buffer of this cache", "invalid pointer");
-    static size_t sizes[] = { 32, 200, 1000, 3000 };
+    static size_t sizes[] = { 32, 200, 248, 1000, 3000 };
     for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+        struct interior at8 = { sizes[i], 8 }, at128 = { sizes[i], 128 };
         if (!slob)
-            check_report(bad_interior, &sizes[i], "interior pointer", "not the start", "invalid pointer");
+            check_report(bad_interior, &at8, "interior pointer", "not the start", "invalid pointer");
+        if (!slob && sizes[i] > 128)
+            check_report(bad_interior, &at128, "interior pointer (128 in)", "not the start", "invalid pointer");
         check_report(bad_double, &sizes[i], "double free", "double free", NULL);
         check_report(bad_double_kmem, &sizes[i], "double kmem_free", "double free", NULL);
     }

@@ -10,7 +10,8 @@
  * (kmem_reap keeps it, an urgent reap does not), an urgent reap giving every
  * slab of an idle cache to the page layer, the timed working-set reap (run
  * from another cache's slow paths; SLABKIT_RETURN_DELAY_MS=0 makes the
- * interval its 100 ms minimum), the interior-pointer report. */
+ * interval its 100 ms minimum), the interior-pointer report, and the
+ * power-of-two buffers' own pointer test. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -697,6 +698,76 @@ static void test_interior_report(void)
           "report: %s", r.err);
 }
 
+/* Power-of-two buffers take the free path's own pointer test (two tests
+ * from the offset to the slab's first buffer, no multiply): it must still
+ * refuse what lies in a slab but outside its buffers -- the room after the
+ * last buffer (and the slab header there), and a coloured slab's gap before
+ * the first.  248-byte objects with a constructor make 256-byte buffers, 15
+ * to a page, colours in steps of 64. */
+static void noop_ctor(void *p, size_t n) { (void)p; (void)n; }
+
+static char *pow2_find(kmem_cache_t *cp, bool last)
+{
+    for (int i = 0; i < 200; i++) {
+        char *p = kmem_cache_alloc(cp, KM_SLEEP);
+        uintptr_t at = (uintptr_t)p & 4095;
+        if (last ? at + 2 * 256 > 4096 : at >= 64 && at < 256)
+            return p;
+    }
+    return NULL;
+}
+
+static void child_pow2_tail(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_pow2", 248, 0, noop_ctor, NULL);
+    char *p = pow2_find(cp, true);
+    kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));   /* the magazine is loaded */
+    if (p)
+        kmem_cache_free(cp, p + 256);                      /* past the slab's last buffer */
+    _exit(3);
+}
+
+static void child_pow2_gap(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_pow2", 248, 0, noop_ctor, NULL);
+    char *p = pow2_find(cp, false);
+    kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));
+    if (p)
+        kmem_cache_free(cp, p - 64);                       /* in the colour gap before the first */
+    _exit(3);
+}
+
+static void child_pow2_half(void *arg)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_pow2", 248, 0, noop_ctor, NULL);
+    char *p = kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));
+    kmem_cache_free(cp, p + 128);                          /* half a buffer in */
+}
+
+static void test_pow2_pointers(void)
+{
+    void (*children[])(void *) = { child_pow2_tail, child_pow2_gap, child_pow2_half };
+    const char *what[] = { "after the last buffer", "in the colour gap", "half a buffer in" };
+    for (size_t i = 0; i < ARRAY_SIZE(children); i++) {
+        struct child_result r;
+        run_in_child(children[i], NULL, &r);
+        CHECK(child_aborted(&r) && strstr(r.err, "not the start of an object") && strstr(r.err, "slab_pow2"),
+              "%s: status %#x, stderr: %s", what[i], r.status, r.err);
+    }
+    /* And every buffer is still accepted: a cache's worth, freed and taken again. */
+    kmem_cache_t *cp = kmem_cache_create("slab_pow2_ok", 248, 0, noop_ctor, NULL);
+    enum { N = 100 };
+    void *objs[N];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++)
+            objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        for (int i = 0; i < N; i++)
+            kmem_cache_free(cp, objs[i]);
+    }
+    kmem_cache_destroy(cp);
+}
+
 int main(void)
 {
     setenv("SLABKIT_DESIGN", "slab", 1);
@@ -720,5 +791,6 @@ int main(void)
     test_constructed_kept();
     test_timed_reap();
     test_interior_report();
+    test_pow2_pointers();
     return test_done();
 }
