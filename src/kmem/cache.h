@@ -262,7 +262,8 @@ size_t cache_ksize(const void *p);           /* usable size; 0 if not ours */
 size_t large_pages_round(size_t npages);        /* the class's page count (what to allocate) */
 void *large_cache_take(size_t npages);          /* a cached block of exactly npages (a class), or NULL */
 bool large_cache_put(struct page_desc *d);      /* keeps the PAGE_LARGE block at d, or false */
-void large_block_init(struct page_desc *d);     /* a new PAGE_LARGE block: cacheable when freed */
+void large_block_init(struct page_desc *d, bool zero);   /* a new PAGE_LARGE block (zero: page_zeroed said so) */
+bool large_zeroed(const void *p);               /* p a large block that reads zero as handed out (calloc) */
 void large_block_resized(struct page_desc *d);  /* realloc resized it in place: never cached */
 size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
 void *large_huge_take(size_t size);             /* a cached huge block resized to size (marked used), or NULL */

@@ -147,7 +147,7 @@ static void *large_alloc(size_t size, size_t align, int flags)
     struct page_desc *d = page_desc_of(p);
     d->kind = PAGE_LARGE;
     d->priv[0] = take;
-    large_block_init(d);
+    large_block_init(d, page_zeroed(p));
     return p;
 }
 
