@@ -1204,14 +1204,17 @@ static int slab_order(size_t bufsize, size_t header, unsigned fraction, unsigned
 /* For buffers of the large-object layout (an eighth of a page or more): the
  * smallest order that loses at most 1/64 of the slab to what the layout
  * costs.  First with the slab header in the tail (no bufctls, no hash), up to
- * 256 KiB; then, up to 64 KiB, with the header, a bufctl and a hash slot per
+ * 128 KiB; then, up to 64 KiB, with the header, a bufctl and a hash slot per
  * buffer off the slab; -1 if neither.  The 1/16 bound of the general rule
  * still cost sqlite3's 18,000 1056-byte buffers 36 bytes each in four-page
  * slabs (544 bytes left over), where 64 KiB holds 62 of them and the header
- * with 64 bytes to spare; classes sized to pack a slab (4368 = 64 KiB / 15,
- * leaving 16 bytes) hold the header on four times that.  Powers of two never
- * qualify (no tail; their bufctls cost 3%) and keep the general rule. */
-#define SLAB_PACK_ORDER 6
+ * with 64 bytes to spare; classes sized to pack 64 KiB (4368 = 64 KiB / 15,
+ * 16 bytes left) take the bufctls.  (256 KiB slabs would hold their header,
+ * but placed among large blocks they kept a buffer grown by realloc from
+ * growing in place: mallocbench realloc 8% slower, 300 KiB more.)  Powers
+ * of two below a page never qualify (no tail; bufctls cost 3%) and keep the
+ * general rule. */
+#define SLAB_PACK_ORDER 5
 static int slab_order_packed(size_t bufsize, unsigned fraction)
 {
     for (int outside = 0; outside <= 1; outside++) {
@@ -1247,7 +1250,7 @@ static int slab_cache_init(struct kmem_cache *cp)
      * bound, not a target -- 1056-byte buffers waste 10% in two pages and 3%
      * in four, 4224-byte ones 10% in 32 KiB and 3% in 64. */
     size_t header = sc->small ? sizeof(struct slab) : 0;
-    int order = sc->small ? -1 : slab_order_packed(bufsize, 64);
+    int order = sc->small || bufsize > 8192 ? -1 : slab_order_packed(bufsize, 64);
     if (order < 0)
         order = slab_order(bufsize, header, 16, SLAB_TIGHT_ORDER);
     if (order < 0)
