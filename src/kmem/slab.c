@@ -1251,7 +1251,7 @@ static int slab_cache_init(struct kmem_cache *cp)
      * bound, not a target -- 1056-byte buffers waste 10% in two pages and 3%
      * in four, 4224-byte ones 10% in 32 KiB and 3% in 64. */
     size_t header = sc->small ? sizeof(struct slab) : 0;
-    int order = sc->small || bufsize > 8192 ? -1 : slab_order_packed(bufsize, 64);
+    int order = sc->small ? -1 : slab_order_packed(bufsize, 64);
     if (order < 0)
         order = slab_order(bufsize, header, 16, SLAB_TIGHT_ORDER);
     if (order < 0)
