@@ -196,12 +196,17 @@ void cache_flush_slot(struct kmem_cache *cp, struct sk_thread *t);
  * apart above 32 B), eight per doubling above (12.5%), plus one 1/32 above
  * each power of two from 1 KiB: programs that put a small header on a
  * power-of-two buffer (sqlite asks for 1032 and 4104 bytes by the ten
- * thousand) would otherwise lose 10% to 20% of those.  Classes that are
- * multiples of 16 are 16-aligned; malloc rounds requests up to 16 before the
- * lookup.  Every class above 1 KiB is a multiple of KMALLOC_MID_STEP. */
+ * thousand) would otherwise lose 10% to 20% of those.  Between 4 and 8 KiB
+ * the classes are 64 KiB / n for n = 15..9 (rounded down to 16 bytes: 4368,
+ * 4672 ... 7280), so each packs a 64 KiB slab with almost nothing left over:
+ * steps of 256 or 512 bytes (4608, 5120 ...) left 3-9% of every slab unused,
+ * on top of the rounding (sqlite3's 4368-byte page buffers took 4608).
+ * Classes that are multiples of 16 are 16-aligned; malloc rounds requests up
+ * to 16 before the lookup.  Every class above 1 KiB is a multiple of
+ * KMALLOC_MID_STEP. */
 #define KMALLOC_MAX     32768u
 #define KMALLOC_CLASSES 69
-#define KMALLOC_MID_SHIFT 5
+#define KMALLOC_MID_SHIFT 4
 #define KMALLOC_MID_STEP  (1u << KMALLOC_MID_SHIFT)
 extern struct kmem_cache *kmalloc_caches[KMALLOC_CLASSES];   /* NULL until first used */
 void kmalloc_init(void);                 /* the size-class tables (cache_init) */
@@ -223,7 +228,7 @@ SK_INLINE unsigned kmalloc_index(size_t size)
 
 /* The generic cache for a kmem_alloc(size) with no alignment, by table: sizes
  * <= 1024 in 8-byte steps straight to the cache (one load); above, a class
- * index per KMALLOC_MID_STEP (a byte each: the table stays 1 KiB), then
+ * index per KMALLOC_MID_STEP (a byte each: the table is 2 KiB), then
  * kmalloc_cache_live.  An entry stays NULL until its class is first used, and
  * all of them whenever kmalloc is overridden (SLOB, the debug layer): a NULL
  * entry sends the caller to its slow path, so "not made yet" costs the fast
@@ -257,7 +262,8 @@ size_t cache_ksize(const void *p);           /* usable size; 0 if not ours */
 size_t large_pages_round(size_t npages);        /* the class's page count (what to allocate) */
 void *large_cache_take(size_t npages);          /* a cached block of exactly npages (a class), or NULL */
 bool large_cache_put(struct page_desc *d);      /* keeps the PAGE_LARGE block at d, or false */
-void large_block_init(struct page_desc *d);     /* a new PAGE_LARGE block: cacheable when freed */
+void large_block_init(struct page_desc *d, bool zero);   /* a new PAGE_LARGE block (zero: page_zeroed said so) */
+bool large_zeroed(const void *p);               /* p a large block that reads zero as handed out (calloc) */
 void large_block_resized(struct page_desc *d);  /* realloc resized it in place: never cached */
 size_t large_cache_flush(bool all);             /* blocks past the return delay (all: every one) back */
 void *large_huge_take(size_t size);             /* a cached huge block resized to size (marked used), or NULL */

@@ -24,7 +24,7 @@ const uint32_t kmalloc_sizes[KMALLOC_CLASSES] = {
     320, 384, 448, 512, 640, 768, 896, 1024,
     1056, 1152, 1280, 1408, 1536, 1664, 1792, 1920, 2048,
     2112, 2304, 2560, 2816, 3072, 3328, 3584, 3840, 4096,
-    4224, 4608, 5120, 5632, 6144, 6656, 7168, 7680, 8192,
+    4224, 4368, 4672, 5040, 5456, 5952, 6544, 7280, 8192,
     8448, 9216, 10240, 11264, 12288, 13312, 14336, 15360, 16384,
     16896, 18432, 20480, 22528, 24576, 26624, 28672, 30720, 32768,
 };
@@ -147,7 +147,7 @@ static void *large_alloc(size_t size, size_t align, int flags)
     struct page_desc *d = page_desc_of(p);
     d->kind = PAGE_LARGE;
     d->priv[0] = take;
-    large_block_init(d);
+    large_block_init(d, page_zeroed(p));
     return p;
 }
 

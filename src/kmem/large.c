@@ -38,7 +38,8 @@
  * a program that allocates its big buffers once and frees them gets the
  * memory back at once.  The cache holds at most half the huge bytes in use
  * (at least 32 MiB) and HUGE_SLOTS blocks, returned on the same schedule as
- * the rest.  A reused block is marked so calloc clears it. */
+ * the rest.  A reused block is marked so calloc clears it; so is a large
+ * block, unless every one of its frames was zero (page_zeroed). */
 #include "cache.h"
 #include "../core/options.h"
 #include "../os/os.h"
@@ -58,9 +59,19 @@ static size_t large_cached_pages;
 static uint64_t large_last_scan_ms;
 
 #define LARGE_RESIZED 1
+#define LARGE_ZEROED  2          /* fresh from the page layer, every frame zero (page_zeroed) */
 
-void large_block_init(struct page_desc *d) { d->priv[2] = 0; }
+void large_block_init(struct page_desc *d, bool zero) { d->priv[2] = zero ? LARGE_ZEROED : 0; }
 void large_block_resized(struct page_desc *d) { d->priv[2] = LARGE_RESIZED; }
+
+/* Asked by calloc right after the allocation: a block that came zero from
+ * the page layer need not be cleared (it would only fault in every page);
+ * one from the cache of freed blocks must be. */
+bool large_zeroed(const void *p)
+{
+    struct page_desc *d = page_desc_of(p);
+    return d && d->kind == PAGE_LARGE && p == page_address(d) && d->priv[2] == LARGE_ZEROED;
+}
 
 size_t large_pages_round(size_t npages)
 {
@@ -205,7 +216,7 @@ void *large_cache_take(size_t npages)
     large_release(outgrown);
     if (d) {
         d->kind = PAGE_LARGE;
-        large_block_init(d);
+        large_block_init(d, false);
         if (from != npages) {
             page_resize_exact(page_address(d), from, npages);   /* a shrink always succeeds */
             d->priv[0] = npages;

@@ -23,9 +23,11 @@
  *    caches; one block per slab is the same memory with one call), and a
  *    per-cache hash from buffer address to bufctl, rescaled (x2 above a load
  *    of 2, /2 below 1/4) outside the lock, finds the bufctl at free.
- * 3. Slab size: the smallest order up to 64 KiB whose waste (header and tail
- *    included) is at most 1/16, else the smallest at most 1/8 (Bonwick 3.2's
- *    bound).  Colours: leftover bytes / step + 1 offsets,
+ * 3. Slab size: for large objects, the smallest order up to 64 KiB that
+ *    loses at most 1/64 to the tail and the layout (slab_order_packed); else
+ *    the smallest order up to 64 KiB whose waste (header and tail included)
+ *    is at most 1/16, else the smallest at most 1/8 (Bonwick 3.2's bound).
+ *    Colours: leftover bytes / step + 1 offsets,
  *    step = max(align, cache line) when it fits, else align; slabs take them
  *    in turn.  The constructor runs when a slab is created, the destructor
  *    when it is destroyed, never on the alloc/free paths.
@@ -1213,6 +1215,37 @@ static int slab_order(size_t bufsize, size_t header, unsigned fraction, unsigned
     return best;
 }
 
+/* For buffers of the large-object layout (an eighth of a page or more): the
+ * smallest order up to 64 KiB that loses at most 1/64 of the slab to what the
+ * layout costs: first with the slab header in the tail (no bufctls, no hash),
+ * then with the header, a bufctl and a hash slot per buffer off the slab; -1
+ * if neither.  The 1/16 bound of the general rule still cost sqlite3's 18,000
+ * 1056-byte buffers 36 bytes each in four-page slabs (544 bytes left over),
+ * where 64 KiB holds 62 of them and the header with 64 bytes to spare;
+ * classes sized to pack 64 KiB (4368 = 64 KiB / 15, 16 bytes left) take the
+ * bufctls.  Larger slabs would pack 2560, 3328 and 4224 too (and hold the
+ * header of the 64 KiB / n classes), but placed among large blocks they kept
+ * buffers grown by realloc from growing in place: with 128 and 256 KiB slabs
+ * python3 peaked 1.5 MB higher and mallocbench realloc ran 8% slower.  Powers
+ * of two below a page never qualify (no tail; bufctls cost 3%) and keep the
+ * general rule. */
+static int slab_order_packed(size_t bufsize, unsigned fraction)
+{
+    for (int outside = 0; outside <= 1; outside++) {
+        for (unsigned o = 0; o <= SLAB_TIGHT_ORDER; o++) {
+            size_t bytes = PAGE_SIZE << o;
+            size_t n = bytes / bufsize;
+            size_t tail = bytes - n * bufsize;
+            if (!n || (tail >= sizeof(struct slab)) == outside)
+                continue;
+            size_t lost = outside ? tail + sizeof(struct slab) + n * (sizeof(struct bufctl) + sizeof(void *)) : tail;
+            if (lost * fraction <= bytes)
+                return (int)o;
+        }
+    }
+    return -1;
+}
+
 static int slab_cache_init(struct kmem_cache *cp)
 {
     struct slab_cache *sc = SC(cp);
@@ -1231,7 +1264,9 @@ static int slab_cache_init(struct kmem_cache *cp)
      * bound, not a target -- 1056-byte buffers waste 10% in two pages and 3%
      * in four, 4224-byte ones 10% in 32 KiB and 3% in 64. */
     size_t header = sc->small ? sizeof(struct slab) : 0;
-    int order = slab_order(bufsize, header, 16, SLAB_TIGHT_ORDER);
+    int order = sc->small ? -1 : slab_order_packed(bufsize, 64);
+    if (order < 0)
+        order = slab_order(bufsize, header, 16, SLAB_TIGHT_ORDER);
     if (order < 0)
         order = slab_order(bufsize, header, 8, MAX_ORDER);
     if (order < 0)

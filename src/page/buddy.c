@@ -94,7 +94,7 @@ static struct page_desc *rmqueue(unsigned order)
             zone.splits++;
         }
         d->order = (uint8_t)order;
-        d->flags = 0;
+        d->flags = purged ? PD_ZERO : 0;
         return d;
     }
     return NULL;

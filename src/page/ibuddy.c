@@ -190,13 +190,16 @@ SK_INLINE void bit_set1(struct ib_space *s, struct region_hdr *r, uint32_t idx)
     space_free_add(s, 1);
 }
 
-/* Clears the free (and purged) bits of frames [idx, idx+n), all free. */
-static void bits_clear(struct ib_space *s, struct region_hdr *r, uint32_t idx, uint32_t n)
+/* Clears the free (and purged) bits of frames [idx, idx+n), all free;
+ * returns whether every one of them was purged (reads as zero). */
+static bool bits_clear(struct ib_space *s, struct region_hdr *r, uint32_t idx, uint32_t n)
 {
     uint32_t end = idx + n;
+    bool purged = true;
     if (likely(n < 64 && (idx & 63) + n <= 64)) {
         uint32_t w = idx >> 6;
         uint64_t m = ((1ull << n) - 1) << (idx & 63);
+        purged = (r->map[w].purged & m) == m;
         r->map[w].free &= ~m;
         r->map[w].purged &= ~m;
         if (!r->map[w].free)
@@ -207,6 +210,7 @@ static void bits_clear(struct ib_space *s, struct region_hdr *r, uint32_t idx, u
         uint32_t w = idx >> 6, b = idx & 63;
         uint32_t k = end - idx < 64 - b ? end - idx : 64 - b;
         uint64_t m = (k == 64 ? ~0ull : ((1ull << k) - 1)) << b;
+        purged &= (r->map[w].purged & m) == m;
         r->map[w].free &= ~m;
         r->map[w].purged &= ~m;
         if (!r->map[w].free)
@@ -217,6 +221,7 @@ static void bits_clear(struct ib_space *s, struct region_hdr *r, uint32_t idx, u
     space_free_add(s, -(int64_t)n);
     if (r->nr_free == 0)
         avail_del(s, r);
+    return purged;
 }
 
 /* Pops up to n single frames, lowest address first, as a chain through
@@ -495,6 +500,7 @@ static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
             }
             head->kind = PAGE_USED;
             head->order = (uint8_t)order;
+            head->flags = 0;             /* freed recently: warm, not zero */
             return head;
         }
     }
@@ -516,7 +522,7 @@ static struct page_desc *space_alloc(struct ib_space *s, unsigned order)
             return NULL;
         ib_flush(s);                     /* cached blocks may make the run */
     }
-    bits_clear(s, r, desc_index(head), len);
+    head->flags = bits_clear(s, r, desc_index(head), len) ? PD_ZERO : 0;
     s->merges++;                         /* a block built from frames */
     head->kind = PAGE_USED;
     head->order = (uint8_t)order;
@@ -667,6 +673,7 @@ static struct page_desc *ibuddy_alloc(struct sk_thread *t, unsigned order)
                 s->allocs[order]++;
                 head->kind = PAGE_USED;
                 head->order = (uint8_t)order;
+                head->flags = 0;
             }
             lock_release(&s->lock);
             if (likely(head != NULL))
@@ -696,8 +703,9 @@ static struct page_desc *ibuddy_alloc_run(struct sk_thread *t, size_t npages)
                     int idx = r->nr_free >= n ? find_span(r, n) : -1;
                     if (idx < 0)
                         continue;
-                    bits_clear(s, r, (uint32_t)idx, n);
+                    bool zero = bits_clear(s, r, (uint32_t)idx, n);
                     struct page_desc *head = region_descs(r) + idx;
+                    head->flags = zero ? PD_ZERO : 0;
                     head->kind = PAGE_USED;
                     head->order = (uint8_t)order;
                     s->merges++;         /* a block built from frames */

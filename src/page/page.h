@@ -68,6 +68,7 @@ struct page_desc {
 _Static_assert(sizeof(struct page_desc) == 64, "page_desc is one cache line");
 
 #define PD_PURGED  (1u << 0)   /* free block whose memory was given back (madvise) */
+#define PD_ZERO    (1u << 1)   /* block just handed out: every frame was purged or never touched */
 
 /* Region header: the page layer keeps it (with the iBuddy bitmaps) in the
  * REGION_HDR_PAGES pages right after the descriptors; the descriptors of the
@@ -283,6 +284,14 @@ void page_free_exact(void *addr, size_t npages);
  * 1 MiB and a page pack end to end.  For callers that need no alignment
  * (plain large blocks); freed and resized as page_alloc_exact's. */
 void *page_alloc_run(size_t npages, int flags);
+
+/* Whether the block page_alloc_exact or page_alloc_run just returned reads
+ * as zero: every frame of it was never touched or given back with
+ * MADV_DONTNEED since its last use (not MADV_FREE, which may keep the old
+ * bytes).  Asked once, by the block's owner, before it writes the block:
+ * calloc skips clearing such a block, which would only fault in pages the
+ * program may never touch (glibc skips it for its fresh mmapped chunks). */
+bool page_zeroed(void *addr);
 
 /* Resize a live block from page_alloc_exact in place (the owner's kind,
  * cache and priv on the head are left alone).  Shrinking always succeeds;

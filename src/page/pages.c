@@ -334,6 +334,14 @@ void *page_alloc_run(size_t npages, int flags)
     return page_address(d);
 }
 
+bool page_zeroed(void *addr)
+{
+    struct page_desc *d = page_desc_of(addr);
+    bool zero = d->flags & PD_ZERO;
+    d->flags &= ~PD_ZERO;
+    return zero && sk_opt.return_mode != RETURN_FREE;
+}
+
 /* ---- free ---------------------------------------------------------------- */
 
 static const char *kind_name(unsigned k)

@@ -229,6 +229,37 @@ static void test_kmem_alloc_sizes(void)
     CHECK(bad_align == 0, "%d blocks not 8-aligned", bad_align);
 }
 
+/* The generic size classes: increasing, multiples of 16 from 64 B (malloc
+ * rounds requests to 16 and takes its alignment from the class; the 8-byte
+ * steps below serve kmem_alloc), and every size up to KMALLOC_MAX looked
+ * up -- by the slow index and, once the caches are made, by the fast tables
+ * -- lands in the smallest class that holds it.  A class that is not a
+ * multiple of the mid table's step (4368 with 32-byte steps) would send its
+ * own size to the next class. */
+static void test_size_classes(void)
+{
+    int bad_class = 0, bad_index = 0, bad_fast = 0;
+    for (unsigned c = 0; c < KMALLOC_CLASSES; c++) {
+        REQUIRE(kmalloc_cache_get(c) != NULL, "generic class %u cannot be made", c);
+        if ((c && kmalloc_sizes[c] <= kmalloc_sizes[c - 1]) || (kmalloc_sizes[c] >= 64 && kmalloc_sizes[c] % 16))
+            bad_class++;
+    }
+    unsigned c = 0;
+    for (size_t size = 1; size <= KMALLOC_MAX; size++) {
+        while (kmalloc_sizes[c] < size)
+            c++;
+        if (kmalloc_index(size) != c && bad_index++ < 3)
+            fprintf(stderr, "kmalloc_index(%zu) = class of %u B, want %u B\n", size,
+                    kmalloc_sizes[kmalloc_index(size)], kmalloc_sizes[c]);
+        struct kmem_cache *fast = kmalloc_cache_fast(size);
+        if (fast && fast != kmalloc_caches[c] && bad_fast++ < 3)
+            fprintf(stderr, "kmalloc_cache_fast(%zu) = %s, want %s\n", size, fast->name, kmalloc_caches[c]->name);
+    }
+    CHECK(bad_class == 0, "%d classes out of order or (from 64 B) not multiples of 16", bad_class);
+    CHECK(bad_index == 0, "%d sizes indexed to the wrong class", bad_index);
+    CHECK(bad_fast == 0, "%d sizes looked up to the wrong cache", bad_fast);
+}
+
 /* --- No overlap ------------------------------------------------------------------- */
 
 struct block { char *p; size_t size; };
@@ -793,6 +824,7 @@ int main(void)
     test_constructed_reuse();
     test_alignment();
     test_kmem_alloc_sizes();
+    test_size_classes();
     test_no_overlap();
     test_stats();
     test_reap();
