@@ -1259,8 +1259,9 @@ static int slab_cache_init(struct kmem_cache *cp)
     sc->link_off = bufsize - sizeof(uintptr_t);
     sc->small = bufsize < PAGE_SIZE / 8;
 
-    /* Smallest order wasting at most 1/16 up to 64 KiB, else at most 1/8
-     * (Bonwick 3.2) at any order, else the least wasteful: 1/8 is Bonwick's
+    /* Large buffers first: the packed rule (slab_order_packed, at most 1/64
+     * lost).  Then the smallest order wasting at most 1/16 up to 64 KiB, else
+     * at most 1/8 (Bonwick 3.2) at any order, else the least wasteful: 1/8 is Bonwick's
      * bound, not a target -- 1056-byte buffers waste 10% in two pages and 3%
      * in four, 4224-byte ones 10% in 32 KiB and 3% in 64. */
     size_t header = sc->small ? sizeof(struct slab) : 0;
