@@ -98,3 +98,36 @@ def test_kmem_pair_budget(tmp_path, root, build, pair):
     mode, budget = KMEM_BUDGET[pair]
     n = per_iteration([str(exe)], dict(clean_env(), SLABKIT_DESIGN="slab"), extra=(str(mode),))
     assert n <= budget, f"SLAB {pair}: {n:.0f} instructions per iteration (budget {budget})"
+
+
+# kmem_cache_free's paths for a cache with a constructor and power-of-two
+# objects (Bonwick's object case, kmembench objcache): the whole fast path,
+# from the entry (64-byte aligned, SK_FASTPATH) to its return, fits one
+# 64-byte block of code.  That loop is bound by instruction fetch: SLAB's free
+# over two blocks cost it 0.2-0.25 ns an iteration, 2.70 against 2.45 ns
+# (docs/benchmarks-kmem.md, 2026-11-25 helper-12), whatever the instructions.
+ONE_BLOCK_FREE_PATHS = ["slab_free_owned_tiled", "slub_sheaf_free_aligned", "slqb_sheaf_free_aligned"]
+
+
+def first_return(disassembly, name):
+    """(start, address of the first ret) of function `name` in objdump -d output."""
+    start, inside = None, False
+    for line in disassembly.splitlines():
+        if line.endswith(f"<{name}>:"):
+            start, inside = int(line.split()[0], 16), True
+        elif inside and line.strip() == "":
+            break
+        elif inside and line.split("\t")[-1].strip().startswith("ret"):
+            return start, int(line.split(":")[0], 16)
+    return start, None
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump is not installed")
+@pytest.mark.parametrize("name", ONE_BLOCK_FREE_PATHS)
+def test_objcache_free_fits_one_block(lib, name):
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", lib], check=True, capture_output=True,
+                         text=True).stdout
+    start, ret = first_return(dis, name)
+    assert start is not None and ret is not None, f"{name} not found in {lib}"
+    assert start % 64 == 0, f"{name} starts at {start:#x}, not on a 64-byte boundary"
+    assert ret - start < 64, f"{name}: its fast path returns at +{ret - start:#x}, past the first 64-byte block"

@@ -714,8 +714,8 @@ static void test_interior_report(void)
  * from the offset to the slab's first buffer, no multiply): it must still
  * refuse what lies in a slab but outside its buffers -- the room after the
  * last buffer (and the slab header there), and a coloured slab's gap before
- * the first.  248-byte objects with a constructor make 256-byte buffers, 15
- * to a page, colours in steps of 64. */
+ * the first.  256-byte objects without a constructor: 15 to a page, colours
+ * in steps of 64. */
 static void noop_ctor(void *p, size_t n) { (void)p; (void)n; }
 
 static char *pow2_find(kmem_cache_t *cp, bool last)
@@ -729,9 +729,23 @@ static char *pow2_find(kmem_cache_t *cp, bool last)
     return NULL;
 }
 
+/* Every buffer of cp accepted: a cache's worth, freed and taken again; cp destroyed. */
+static void pow2_all_accepted(kmem_cache_t *cp)
+{
+    enum { N = 100 };
+    void *objs[N];
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++)
+            objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        for (int i = 0; i < N; i++)
+            kmem_cache_free(cp, objs[i]);
+    }
+    kmem_cache_destroy(cp);
+}
+
 static void child_pow2_tail(void *arg)
 {
-    kmem_cache_t *cp = kmem_cache_create("slab_pow2", 248, 0, noop_ctor, NULL);
+    kmem_cache_t *cp = kmem_cache_create("slab_pow2", 256, 0, NULL, NULL);
     char *p = pow2_find(cp, true);
     kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));   /* the magazine is loaded */
     if (p)
@@ -741,7 +755,7 @@ static void child_pow2_tail(void *arg)
 
 static void child_pow2_gap(void *arg)
 {
-    kmem_cache_t *cp = kmem_cache_create("slab_pow2", 248, 0, noop_ctor, NULL);
+    kmem_cache_t *cp = kmem_cache_create("slab_pow2", 256, 0, NULL, NULL);
     char *p = pow2_find(cp, false);
     kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));
     if (p)
@@ -751,7 +765,7 @@ static void child_pow2_gap(void *arg)
 
 static void child_pow2_half(void *arg)
 {
-    kmem_cache_t *cp = kmem_cache_create("slab_pow2", 248, 0, noop_ctor, NULL);
+    kmem_cache_t *cp = kmem_cache_create("slab_pow2", 256, 0, NULL, NULL);
     char *p = kmem_cache_alloc(cp, KM_SLEEP);
     kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));
     kmem_cache_free(cp, p + 128);                          /* half a buffer in */
@@ -768,16 +782,49 @@ static void test_pow2_pointers(void)
               "%s: status %#x, stderr: %s", what[i], r.status, r.err);
     }
     /* And every buffer is still accepted: a cache's worth, freed and taken again. */
-    kmem_cache_t *cp = kmem_cache_create("slab_pow2_ok", 248, 0, noop_ctor, NULL);
-    enum { N = 100 };
-    void *objs[N];
-    for (int round = 0; round < 2; round++) {
-        for (int i = 0; i < N; i++)
-            objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
-        for (int i = 0; i < N; i++)
-            kmem_cache_free(cp, objs[i]);
+    pow2_all_accepted(kmem_cache_create("slab_pow2_ok", 256, 0, NULL, NULL));
+}
+
+/* A cache with a constructor and power-of-two buffers is tiled: its slab
+ * header lives off the slab, so the buffers fill each page from its first
+ * byte (Bonwick's 248-byte object: 16 buffers of 256 bytes, no colours), and
+ * its free path tests a pointer with one AND.  That test must refuse a
+ * pointer into a buffer, at any of the lower powers of two. */
+static void child_tiled_inside(void *arg)
+{
+    size_t off = *(size_t *)arg;
+    kmem_cache_t *cp = kmem_cache_create("slab_tiled", 248, 0, noop_ctor, NULL);
+    char *p = kmem_cache_alloc(cp, KM_SLEEP);
+    kmem_cache_free(cp, kmem_cache_alloc(cp, KM_SLEEP));   /* the magazine is loaded */
+    kmem_cache_free(cp, p + off);
+    _exit(3);
+}
+
+static void test_tiled(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_tiled", 248, 0, noop_ctor, NULL);
+    REQUIRE(cp);
+    struct slabkit_cache_stats st = stats_of("slab_tiled");
+    CHECK(st.buffer_size == 256 && st.objs_per_slab == 16 && st.pages_per_slab == 1,
+          "%lu buffers of %zu B in %lu pages", (unsigned long)st.objs_per_slab, st.buffer_size,
+          (unsigned long)st.pages_per_slab);
+    enum { N = 40 };
+    char *objs[N];
+    for (int i = 0; i < N; i++) {
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        CHECK(((uintptr_t)objs[i] & 255) == 0, "buffer %d at %p", i, (void *)objs[i]);
     }
+    for (int i = 0; i < N; i++)
+        kmem_cache_free(cp, objs[i]);
     kmem_cache_destroy(cp);
+    size_t offs[] = { 128, 64, 8, 248 };
+    for (size_t i = 0; i < ARRAY_SIZE(offs); i++) {
+        struct child_result r;
+        run_in_child(child_tiled_inside, &offs[i], &r);
+        CHECK(child_aborted(&r) && strstr(r.err, "not the start of an object") && strstr(r.err, "slab_tiled"),
+              "%zu bytes in: status %#x, stderr: %s", offs[i], r.status, r.err);
+    }
+    pow2_all_accepted(kmem_cache_create("slab_tiled_ok", 248, 0, noop_ctor, NULL));
 }
 
 int main(void)
@@ -804,5 +851,6 @@ int main(void)
     test_timed_reap();
     test_interior_report();
     test_pow2_pointers();
+    test_tiled();
     return test_done();
 }
