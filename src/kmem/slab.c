@@ -432,7 +432,6 @@ SK_NOINLINE static bool hash_install(struct slab_cache *sc)
 
 static size_t slab_bytes(const struct slab_cache *sc) { return PAGE_SIZE << sc->order; }
 
-/* A new slab, its buffers constructed and free; no lock held. */
 /* Bytes of a slab's header from cache_internal_alloc (0: on the slab). */
 static size_t slab_header_bytes(const struct slab_cache *sc)
 {
@@ -441,6 +440,7 @@ static size_t slab_header_bytes(const struct slab_cache *sc)
     return sizeof(struct slab) + sc->nobjs * sizeof(struct bufctl);
 }
 
+/* A new slab, its buffers constructed and free; no lock held. */
 static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, int flags)
 {
     char *mem = page_alloc(sc->order, flags);
