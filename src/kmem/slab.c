@@ -230,16 +230,14 @@ struct slab_cache {
 /* Solaris kmem_magtype[] (usr/src/uts/common/os/kmem.c): rounds, and the
  * buffer sizes a type serves: a cache starts at the first type whose minbuf is
  * below its buffer size and grows one type at a time while bufsize < maxbuf.
- * Ours are two rounds short of Solaris' 31, 47 and 63: a magazine is its
- * 16-byte header and 8 bytes a round, in whole cache lines from the internal
- * classes (cache_own_alloc), and 61 rounds fill 512 bytes where 63 took a
- * 768-byte chunk (45: 384 for 512, 29: 256 for 384) -- espresso's depot held
- * 600 KiB of magazines of 16 and 32-byte buffers, a third of it slack. */
+ * A magazine is its 16-byte header and 8 bytes a round, in whole cache
+ * lines: 31, 47 and 63 rounds take 320, 448 and 576 bytes, which the
+ * internal allocator has classes for (internal.c). */
 static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = {
     { 1, 8192, 262144 }, { 3, 3200, 65536 }, { 7, 256, 32768 }, { 15, 64, 8192 },
-    { 29, 0, 4096 }, { 45, 0, 2048 }, { 61, 0, 1024 },
+    { 31, 0, 4096 }, { 47, 0, 2048 }, { 63, 0, 1024 },
 };
-#define MAG_MAX_ROUNDS 61
+#define MAG_MAX_ROUNDS 63
 /* Ours: growth stops before a magazine would hold more than this many bytes
  * of buffers.  Solaris lets 1 KiB buffers reach 63 rounds (63 KiB per
  * magazine); with two magazines per thread per cache, plus the depot's,
