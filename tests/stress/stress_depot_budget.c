@@ -18,7 +18,11 @@
  * check is SLAB's).  It found two races: a new slab emptied or reaped
  * between joining the list and giving its first buffer (a false "out of
  * memory"), and a magazine's count read after it went to the depot (the
- * statistics off by a magazine, or by garbage). */
+ * statistics off by a magazine, or by garbage).  A second pass does the same
+ * with bursts of 8,000 buffers of 32..64 bytes, where SLAB's caches without
+ * a constructor drain their frees into the slabs once their depots hold half
+ * of their buffers (depot_full_past_peak): objects must come back intact and
+ * the statistics balance through that path too. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <slabkit/slabkit.h>
@@ -28,8 +32,8 @@
 
 #define NCACHES 10
 #define NTHREADS 4
-#define BATCH 1000
 #define ROUNDS 30
+static int batch_len;              /* objects a thread allocates at a time */
 struct obj {                       /* the constructed part (constructed.h), then the user's */
     struct constructed c;          /* c.spare: the cache's index */
     uint64_t tag;
@@ -88,11 +92,12 @@ static void drain_inbox(long id)
 static void *worker(void *arg)
 {
     long id = (long)arg;
-    struct obj **batch = malloc(BATCH * sizeof *batch);
+    int n = batch_len;
+    struct obj **batch = malloc((size_t)n * sizeof *batch);
     for (int round = 0; round < ROUNDS; round++) {
         drain_inbox(id);
         unsigned c = (unsigned)(round + id * 3) % NCACHES;
-        for (int i = 0; i < BATCH; i++) {
+        for (int i = 0; i < n; i++) {
             struct obj *o = kmem_cache_alloc(caches[c], KM_SLEEP);
             if (has_ctor(c) && !constructed_intact(o))
                 atomic_fetch_add(&damaged, 1);
@@ -101,14 +106,14 @@ static void *worker(void *arg)
         }
         struct mailbox *mb = &boxes[(id + 1) % NTHREADS];
         pthread_mutex_lock(&mb->lock);
-        if (mb->cap < mb->n + BATCH / 2) {
-            mb->cap = 2 * (mb->n + BATCH / 2);
+        if (mb->cap < mb->n + (size_t)n / 2) {
+            mb->cap = 2 * (mb->n + (size_t)n / 2);
             mb->items = realloc(mb->items, mb->cap * sizeof *mb->items);
         }
-        for (int i = 0; i < BATCH / 2; i++)
+        for (int i = 0; i < n / 2; i++)
             mb->items[mb->n++] = batch[i];
         pthread_mutex_unlock(&mb->lock);
-        for (int i = BATCH / 2; i < BATCH; i++)
+        for (int i = n / 2; i < n; i++)
             release(batch[i]);
     }
     free(batch);
@@ -122,18 +127,20 @@ static void cached_total(const struct slabkit_cache_stats *st, void *arg)
         *(uint64_t *)arg += st->cached_objs * st->object_size;
 }
 
-int main(void)
+/* One pass: NCACHES caches named PREFIX-c of size_of(c) bytes, walked by the
+ * threads in batches of `batch` objects; at the end every object is back
+ * and the statistics balance. */
+static void run_pass(const char *prefix, size_t (*size_of)(int), int batch)
 {
+    batch_len = batch;
     for (int c = 0; c < NCACHES; c++) {
         char name[32];
-        sizes[c] = 1024 + 320 * (size_t)c;
-        snprintf(name, sizeof name, "budget-%d", c);
+        sizes[c] = size_of(c);
+        snprintf(name, sizeof name, "%s-%d", prefix, c);
         caches[c] = kmem_cache_create(name, sizes[c], 0, has_ctor((unsigned)c) ? constructed_ctor : NULL,
                                       has_ctor((unsigned)c) ? constructed_dtor : NULL);
         REQUIRE(caches[c]);
     }
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_mutex_init(&boxes[i].lock, NULL);
     pthread_t t[NTHREADS];
     for (long i = 0; i < NTHREADS; i++)
         pthread_create(&t[i], NULL, worker, (void *)i);
@@ -141,15 +148,35 @@ int main(void)
         pthread_join(t[i], NULL);
     for (long i = 0; i < NTHREADS; i++)
         drain_inbox(i);
-    CHECK(atomic_load(&damaged) == 0, "%ld objects came back damaged or not constructed", atomic_load(&damaged));
+    CHECK(atomic_load(&damaged) == 0, "%s: %ld objects came back damaged or not constructed", prefix,
+          atomic_load(&damaged));
 
     for (int c = 0; c < NCACHES; c++) {
         char name[32];
-        snprintf(name, sizeof name, "budget-%d", c);
+        snprintf(name, sizeof name, "%s-%d", prefix, c);
         struct slabkit_cache_stats st = stats_of(name);
         CHECK(st.active_objs == 0 && st.allocs == st.frees, "%s: active %lu, allocs %lu, frees %lu", name,
               (unsigned long)st.active_objs, (unsigned long)st.allocs, (unsigned long)st.frees);
     }
+}
+
+static void destroy_all(void)
+{
+    for (int c = 0; c < NCACHES; c++)
+        kmem_cache_destroy(caches[c]);
+    CHECK(atomic_load(&n_ctor) == atomic_load(&n_dtor), "ctor %ld, dtor %ld after destroy", atomic_load(&n_ctor),
+          atomic_load(&n_dtor));
+    CHECK(atomic_load(&damaged) == 0, "the destructor found %ld damaged objects", atomic_load(&damaged));
+}
+
+static size_t size_large(int c) { return 1024 + 320 * (size_t)c; }
+static size_t size_small(int c) { return 32 + 16 * (size_t)((c / 2) % 3); }   /* 32, 48, 64 */
+
+int main(void)
+{
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_mutex_init(&boxes[i].lock, NULL);
+    run_pass("budget", size_large, 1000);
     /* SLAB's bound: the 4 MiB budget, a floor of at most 4 magazines of 15
      * rounds per cache, and the exited threads' 2 magazines per cache,
      * handed to the depots unbounded at exit. */
@@ -161,11 +188,9 @@ int main(void)
     if (strcmp(slabkit_design(), "slab") == 0)
         CHECK(cached <= bound, "the caches keep %lu KiB in magazines, over the depot budget's bound of %lu KiB",
               (unsigned long)(cached >> 10), (unsigned long)(bound >> 10));
+    destroy_all();
 
-    for (int c = 0; c < NCACHES; c++)
-        kmem_cache_destroy(caches[c]);
-    CHECK(atomic_load(&n_ctor) == atomic_load(&n_dtor), "ctor %ld, dtor %ld after destroy", atomic_load(&n_ctor),
-          atomic_load(&n_dtor));
-    CHECK(atomic_load(&damaged) == 0, "the destructor found %ld damaged objects", atomic_load(&damaged));
+    run_pass("small", size_small, 8000);
+    destroy_all();
     return test_done();
 }

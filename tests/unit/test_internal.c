@@ -4,7 +4,8 @@
  * test_internal.c — the library's own memory (src/kmem/internal.c, where
  * magazines and per-thread state live): chunks of every class are zeroed,
  * aligned to their class and disjoint; once every chunk is back, the pages
- * go back to the page layer (one kept per class); four threads allocating
+ * go back to the page layer (one kept per class); a 63-round magazine
+ * takes 576 bytes, not a 768-byte chunk; four threads allocating
  * and freeing at once never get the same chunk twice. */
 #include <pthread.h>
 #include "kmem/cache.h"
@@ -67,6 +68,22 @@ static void test_pages_come_back(void)
           (unsigned long long)in_use(), (unsigned long long)base);
 }
 
+/* SLAB's 63-round magazine (16-byte header, 63 rounds, in whole cache lines:
+ * 576 bytes) fills its chunk: 700 of them take 7 to a page (a 768-byte
+ * class took 140 pages for them). */
+static void test_magazine_fits(void)
+{
+    enum { M = 700, MAG = 576 };
+    static void *p[M];
+    uint64_t before = in_use();
+    for (int i = 0; i < M; i++)
+        REQUIRE((p[i] = cache_internal_alloc(MAG)) != NULL, "internal alloc of %d bytes failed", MAG);
+    uint64_t used = in_use() - before;
+    CHECK(used <= M / (PAGE_SIZE / MAG) + 1, "%d chunks of %d bytes take %llu pages", M, MAG, (unsigned long long)used);
+    for (int i = 0; i < M; i++)
+        cache_internal_free(p[i], MAG);
+}
+
 static void *churn(void *arg)
 {
     uint64_t seed = (uintptr_t)arg;
@@ -89,6 +106,7 @@ int main(void)
 {
     cache_init();
     test_pages_come_back();
+    test_magazine_fits();
     test_threads();
     return test_done();
 }

@@ -3,7 +3,8 @@
  *
  * test_slab.c — what is particular to the SLAB design (src/kmem/slab.c):
  * constructed objects reused, and kept through bursts beyond the byte bounds
- * (given back by time and by kmem_reap once unused), colours across slabs, waste <= 1/8 in every
+ * (given back by time and by kmem_reap once unused), a burst of small buffers
+ * drained past the cache's peak (not with a constructor), colours across slabs, waste <= 1/8 in every
  * generic cache (<= 1/64 for large buffers below 8 KiB), the large-object hash rescaling, magazine LIFO behaviour,
  * magazines grown by a busy depot, exact statistics (allocations derived),
  * magazines going to the depot at thread exit, the depot's working set
@@ -508,6 +509,51 @@ static void test_mass_free_bounded(void)
     free(objs);
 }
 
+/* A burst of small buffers (64 bytes or less, where a magazine's array costs
+ * an eighth of the buffers it holds or more) freed at once: the depot keeps
+ * full magazines until they hold half of the cache's buffers, and the rest
+ * drain into their slabs, whose pages go to the page layer beyond the free
+ * slabs' 128 KiB.  A cache with a constructor keeps all of its objects. */
+static void small_burst(kmem_cache_t *cp, int n, void **objs)
+{
+    for (int i = 0; i < n; i++) {
+        objs[i] = kmem_cache_alloc(cp, KM_SLEEP);
+        REQUIRE(objs[i], "alloc %d of %d", i, n);
+        memset(objs[i], 0x5a, 16);
+    }
+    for (int i = 0; i < n; i++)
+        kmem_cache_free(cp, objs[i]);
+}
+
+static void test_small_burst_drained(void)
+{
+    cache_reap_all_urgent();
+    enum { N = 100000 };                     /* 1.6 MB of 16-byte buffers: within the depots' budget */
+    void **objs = calloc(N, sizeof *objs);
+    kmem_cache_t *cp = kmem_cache_create("slab_burst16", 16, 0, NULL, NULL);
+    small_burst(cp, N, objs);
+    struct slabkit_cache_stats st = stats_of("slab_burst16");
+    printf("burst of %d 16-byte buffers freed: %lu cached, %lu slabs of %lu\n", N, (unsigned long)st.cached_objs,
+           (unsigned long)st.num_slabs, (unsigned long)st.objs_per_slab);
+    CHECK(st.active_objs == 0, "active %lu after freeing everything", (unsigned long)st.active_objs);
+    CHECK(st.cached_objs <= N / 2 + 3 * st.batchcount, "the magazines keep %lu of %d freed 16-byte buffers",
+          (unsigned long)st.cached_objs, N);
+    uint64_t free_slabs = (128u << 10) / (st.pages_per_slab * 4096);
+    CHECK(st.num_slabs <= (N / 2 + 3 * st.batchcount) / st.objs_per_slab + free_slabs + 2,
+          "%lu slabs of %lu buffers kept for %lu cached", (unsigned long)st.num_slabs,
+          (unsigned long)st.objs_per_slab, (unsigned long)st.cached_objs);
+    small_burst(cp, N, objs);                /* the drained buffers serve again */
+    kmem_cache_destroy(cp);
+
+    kmem_cache_t *ctor = kmem_cache_create("slab_burst16_ctor", 16, 0, count_ctor, NULL);
+    small_burst(ctor, N, objs);
+    st = stats_of("slab_burst16_ctor");
+    CHECK(st.cached_objs + 2 * st.batchcount >= N, "the constructed cache keeps %lu of %d objects",
+          (unsigned long)st.cached_objs, N);
+    kmem_cache_destroy(ctor);
+    free(objs);
+}
+
 /* A cache that grows takes the memory of caches idle below the budget
  * first: 2 MiB freed into one cache's depot (half the budget: kept, before)
  * goes back to the page layer while another cache grows by 4 MiB, so the
@@ -846,6 +892,7 @@ int main(void)
     test_mass_free_bounded();
     test_destroy_forgets_depot();
     test_growth_reclaims_idle();
+    test_small_burst_drained();
     test_urgent_reap_returns();
     test_constructed_kept();
     test_timed_reap();
