@@ -77,9 +77,10 @@
  *    to the page layer, at once.  A cache of buffers of 64 bytes or less
  *    keeps full magazines only until they hold half of its buffers
  *    (depot_full_past_peak): their arrays cost an eighth of the buffers or
- *    more, and a burst freed at once then goes back to its slabs.  These bounds are for the caches without a
- *    constructor (the generic caches behind malloc): a cache WITH one keeps
- *    its constructed objects through any burst -- that is what object
+ *    more, and a burst freed at once then goes back to its slabs.  These
+ *    bounds are for the caches without a constructor (the generic caches
+ *    behind malloc): a cache WITH one keeps its constructed objects through
+ *    any burst -- that is what object
  *    caching is for (Bonwick 1994, 2: construction skipped, 33 -> 5.7 us) --
  *    and gives them back only by time (the working set) and under pressure
  *    (kmem_reap beyond the working set; KM_SLEEP's retry, malloc_trim and
