@@ -27,18 +27,6 @@
  * malloc/free pairs by 5% either way; aligned, they were 5-10% faster and
  * stable. */
 #define SK_FASTPATH  __attribute__((aligned(64)))
-/* Large zero-filled arrays that a run touches rarely or only in part (the
- * debug layer's ring and quarantine, the profiler's tables, the iBuddy's
- * spaces, the bootstrap arena...) go after every other variable (on x86-64
- * the linker puts .lbss after .bss), so the small variables every run uses
- * share a few pages instead of lying scattered between them: each page of
- * .bss first touched is resident in every process (a program making one
- * malloc: 9 -> 7 pages; sort: 12 -> 9 pages of .data and .bss). */
-#if defined(__x86_64__)
-#define SK_BSS_SPARSE __attribute__((section(".lbss.slabkit")))
-#else
-#define SK_BSS_SPARSE
-#endif
 
 /* Fast-path loads of words other threads store atomically.  On x86-64 a
  * C11 atomic load is the same mov as a plain one, but GCC computes an

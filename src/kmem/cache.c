@@ -32,7 +32,7 @@ bool cache_ready;
 /* --- Cache ids ----------------------------------------------------------- */
 
 #define CACHE_IDS 65536
-static uint64_t id_used[CACHE_IDS / 64] SK_BSS_SPARSE;   /* under cache_list_lock */
+static uint64_t id_used[CACHE_IDS / 64];   /* under cache_list_lock */
 
 static int id_alloc(void)
 {

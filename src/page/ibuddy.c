@@ -87,7 +87,7 @@ struct ib_space {
     uint32_t cached;                     /* blocks in cache[] */
 } SK_ALIGNED(CACHE_LINE);
 
-static struct ib_space spaces[IB_MAX_SPACES] SK_BSS_SPARSE;
+static struct ib_space spaces[IB_MAX_SPACES];
 static unsigned nspaces = 4;
 static unsigned next_home;
 static uint64_t aged_ms;                 /* time of the last purge snapshot */
