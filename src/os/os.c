@@ -2,8 +2,10 @@
  * where the kernel would put them when it can (os_place); fixed addresses
  * are only ever taken with MAP_FIXED_NOREPLACE, so nothing of anyone else's
  * is ever replaced. */
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -13,12 +15,80 @@
 #include "os.h"
 #include "../core/report.h"
 
+/* The clock: the vDSO's clock_gettime, found here rather than called through
+ * libc's, whose text lies in a 64 KiB window of libc that most programs
+ * never touch (every libc function slabkit calls faults in, and counts in
+ * the process's RSS, the window around it: sort's libc pages were 32 KiB
+ * fewer on average with the clock read directly, 30 runs).  NULL: no vDSO
+ * or no such symbol; the system call then (what libc would make too). */
+typedef int (*clock_fn)(clockid_t, struct timespec *);
+static clock_fn vdso_clock;
+
+#if defined(__x86_64__)
+#define VDSO_CLOCK "__vdso_clock_gettime"
+#elif defined(__aarch64__)
+#define VDSO_CLOCK "__kernel_clock_gettime"
+#endif
+
+/* The address of the vDSO's symbol `name`, through its DT_HASH table (the
+ * symbol count); NULL when anything is missing. */
+static void *vdso_symbol(const char *name)
+{
+#if defined(VDSO_CLOCK) && UINTPTR_MAX == UINT64_MAX
+    const char *base = (const char *)getauxval(AT_SYSINFO_EHDR);
+    if (!base || memcmp(base, ELFMAG, SELFMAG) != 0)
+        return NULL;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)base;
+    const Elf64_Phdr *ph = (const Elf64_Phdr *)(base + eh->e_phoff);
+    uintptr_t bias = 0;
+    const Elf64_Dyn *dyn = NULL;
+    bool loaded = false;
+    for (unsigned i = 0; i < eh->e_phnum; i++) {
+        if (ph[i].p_type == PT_LOAD && !loaded) {
+            bias = (uintptr_t)base + ph[i].p_offset - ph[i].p_vaddr;
+            loaded = true;
+        } else if (ph[i].p_type == PT_DYNAMIC) {
+            dyn = (const Elf64_Dyn *)(base + ph[i].p_offset);
+        }
+    }
+    if (!loaded || !dyn)
+        return NULL;
+    const Elf64_Sym *sym = NULL;
+    const char *str = NULL;
+    const Elf32_Word *hash = NULL;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        if (dyn->d_tag == DT_SYMTAB)
+            sym = (const Elf64_Sym *)(bias + dyn->d_un.d_ptr);
+        else if (dyn->d_tag == DT_STRTAB)
+            str = (const char *)(bias + dyn->d_un.d_ptr);
+        else if (dyn->d_tag == DT_HASH)
+            hash = (const Elf32_Word *)(bias + dyn->d_un.d_ptr);
+    }
+    if (!sym || !str || !hash)
+        return NULL;
+    for (Elf32_Word i = 0; i < hash[1]; i++)        /* nchain: the number of symbols */
+        if (ELF64_ST_TYPE(sym[i].st_info) == STT_FUNC && sym[i].st_shndx != SHN_UNDEF &&
+            strcmp(str + sym[i].st_name, name) == 0)
+            return (void *)(bias + sym[i].st_value);
+#endif
+    (void)name;
+    return NULL;
+}
+
 void os_init(void)
 {
     unsigned long ps = getauxval(AT_PAGESZ);
     if (ps == 0 || ps > PAGE_SIZE || PAGE_SIZE % ps != 0)
         sk_fatal("the OS page size is %lu bytes: slabkit manages 4 KiB frames and needs OS pages "
                  "of 4 KiB or a divisor of it (larger pages are unsupported)", ps);
+#ifdef VDSO_CLOCK
+    __atomic_store_n(&vdso_clock, (clock_fn)vdso_symbol(VDSO_CLOCK), __ATOMIC_RELAXED);
+#endif
+}
+
+bool os_clock_vdso(void)
+{
+    return __atomic_load_n(&vdso_clock, __ATOMIC_RELAXED) != NULL;
 }
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -223,8 +293,8 @@ bool os_commit_strict(void)
 
 bool os_as_limited(void)
 {
-    struct rlimit rl;
-    return getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+    struct rlimit rl;       /* the system call: libc's getrlimit lies in a window of its own */
+    return syscall(SYS_getrlimit, RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
 }
 
 void *os_remap(void *p, size_t old_size, size_t new_size, void *fixed)
@@ -259,7 +329,9 @@ bool os_purge(void *p, size_t size, bool dontneed)
 uint64_t os_now_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    clock_fn f = __atomic_load_n(&vdso_clock, __ATOMIC_RELAXED);
+    if (!f || f(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+        syscall(SYS_clock_gettime, CLOCK_MONOTONIC_COARSE, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 

@@ -81,8 +81,12 @@ extern bool (*os_fault_hook)(enum os_fault_site site);
  * commit limit (vm.overcommit_memory = 2); read once. */
 bool os_commit_strict(void);
 
-/* Milliseconds from CLOCK_MONOTONIC_COARSE: a vDSO read, ~10 ms resolution. */
+/* Milliseconds from CLOCK_MONOTONIC_COARSE: a vDSO read, ~10 ms resolution
+ * (the system call before os_init, or where the vDSO has no clock). */
 uint64_t os_now_ms(void);
+
+/* True when os_now_ms reads the vDSO directly (for tests). */
+bool os_clock_vdso(void);
 
 /* CPUs this process may run on (at least 1); never allocates. */
 unsigned os_ncpu(void);

@@ -7,11 +7,15 @@
  * frames never split/merge; multi-page rounds reuse their frames (footprint);
  * a constructed fragmentation event; free blocks per order equal to the
  * maximal aligned runs of the frames freed; bad frees
- * reported and aborted in children; exhaustion under RLIMIT_AS. */
+ * reported and aborted in children; exhaustion under RLIMIT_AS; the coarse
+ * clock read from the vDSO directly, agreeing with libc's. */
 #include <errno.h>
+#include <time.h>
+#include <sys/auxv.h>
 #include <sys/resource.h>
 #include "../test.h"
 #include "page/page.h"
+#include "os/os.h"
 #include "slabkit/slabkit.h"
 
 #define MAX_LIVE   600
@@ -557,8 +561,34 @@ static void test_exhaustion(void)
 #endif
 }
 
+static uint64_t libc_coarse_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* os_now_ms reads the vDSO's clock itself (not libc's clock_gettime, whose
+ * 64 KiB of libc text most programs never touch) and reads the same clock:
+ * between two libc readings, and moving with them across a sleep. */
+static void test_clock(void)
+{
+    kmem_pages_free(kmem_pages_alloc(0, KM_SLEEP), 0);     /* the page layer is up: os_init ran */
+#if defined(__x86_64__) || defined(__aarch64__)
+    if (getauxval(AT_SYSINFO_EHDR))
+        CHECK(os_clock_vdso(), "a vDSO is mapped but os_now_ms does not read its clock");
+#endif
+    for (int round = 0; round < 3; round++) {
+        uint64_t before = libc_coarse_ms(), now = os_now_ms(), after = libc_coarse_ms();
+        CHECK(before <= now && now <= after, "os_now_ms %llu outside libc's %llu..%llu",
+              (unsigned long long)now, (unsigned long long)before, (unsigned long long)after);
+        nanosleep(&(struct timespec){ 0, 30 * 1000 * 1000 }, NULL);
+    }
+}
+
 int main(void)
 {
+    test_clock();
     test_model();
     test_coalesce();
     test_ibuddy_frames();
