@@ -26,10 +26,7 @@
  *    block from cache_internal_alloc (Bonwick took them from two small-object
  *    caches; one block per slab is the same memory with one call), and a
  *    per-cache hash from buffer address to bufctl, rescaled (x2 above a load
- *    of 2, /2 below 1/4) outside the lock, finds the bufctl at free.  The
- *    generic (kmalloc) caches never take that layout: where the slab's tail
- *    cannot hold struct slab, it alone comes from cache_internal_alloc and
- *    the free list still runs through the buffers (hdr_outside).
+ *    of 2, /2 below 1/4) outside the lock, finds the bufctl at free.
  * 3. Slab size: for large objects, the smallest order up to 64 KiB that
  *    loses at most 1/64 to the tail and the layout (slab_order_packed); else
  *    the smallest order up to 64 KiB whose waste (header and tail included)
@@ -95,10 +92,10 @@
  *    Delight 10-17: no division; every page's descriptor holds the slab's
  *    first-buffer address; for a power of two, two compares; for a tiled
  *    cache, the pointer's low bits), and it is not the round on top of the
- *    loaded magazine (immediate double free).  Slab layer: small (and the
- *    generic caches) — not the head of the slab's free list, slab not
- *    already empty; large — the buffer's bufctl must be in the hash (exact,
- *    always on: it is needed to find the bufctl anyway).
+ *    loaded magazine (immediate double free).  Slab layer: small — not the
+ *    head of the slab's free list, slab not already empty; large — the
+ *    buffer's bufctl must be in the hash (exact, always on: it is needed to
+ *    find the bufctl anyway).
  *
  * Locking.  sc->lock (slab layer: slab list, counters, hash) and
  * depot.lock (depot lists, magazine size) are leaves and are never held
@@ -212,7 +209,7 @@ struct slab_cache {
     uint32_t nobjs;
     uint32_t order;
     bool small;
-    bool hdr_outside;              /* small layout, struct slab from cache_internal_alloc (tiled; generic caches, 2.) */
+    bool hdr_outside;              /* small layout, struct slab from cache_internal_alloc (tiled, 2.) */
     uint32_t shift;                /* bufsize = odd << shift */
     uint64_t inv;                  /* inverse of odd mod 2^64 (interior-pointer test) */
     uint64_t pow2_mask, pow2_end;  /* the same for power-of-two buffers: bufsize - 1, nobjs * bufsize */
@@ -1360,18 +1357,10 @@ static int slab_cache_init(struct kmem_cache *cp)
         sc->small = true;
         leftover -= sizeof(struct slab);
     }
-    /* malloc's generic caches go further: where the tail cannot hold the
-     * header, the header alone goes off the slab and the free list still
-     * runs through the buffers (as it does for every small buffer), at the
-     * same order.  A bufctl and a hash slot per buffer (32 bytes, and a
-     * hash lookup at every free into the slab) cost sqlite3 (4,627 buffers
-     * of 4,368 bytes) 290 KiB and tclsh (3,687 of 16 KiB) 250 KiB of
-     * their peaks.  User caches keep Bonwick's large-object layout and its
-     * exact double-free check (the bufctl must be in the hash). */
-    if (!sc->small && (cp->flags & CACHE_KMALLOC)) {
-        sc->small = true;
-        sc->hdr_outside = true;
-    }
+    /* (Not for malloc's generic caches as well, where the tail cannot hold
+     * the header: the header alone off the slab saved sqlite3 290 KiB of
+     * bufctls, but on the lazy buddy espresso's peak went from 3.8 to 7.4
+     * MiB -- docs/benchmarks-malloc.md, 2026-11-25.) */
 
     /* Colours: step = cache line or alignment (Bonwick 4.3). */
     size_t step = align > CACHE_LINE ? align : CACHE_LINE;
