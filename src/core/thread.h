@@ -62,8 +62,11 @@ struct sk_thread {
      * page_desc.free.next) and this thread's home buddy space. */
     struct page_desc *pcp_head;
     unsigned pcp_count;
+    unsigned pcp_high;           /* this list's high mark (pcp.c; 0 until the first free) */
+    bool pcp_funnel;             /* frees far more than it takes (pcp.c) */
     unsigned space;              /* 1 + home iBuddy space; 0 until first use */
     uint64_t pcp_allocs, pcp_frees;  /* order-0 operations served by the lazy list (statistics, no atomics) */
+    uint64_t pcp_window_ms, pcp_window_allocs, pcp_window_frees;   /* where pcp.c's window began */
     int32_t page_freed;          /* pages freed minus taken, not yet in the page layer's shared count */
     uint32_t page_ticks;         /* page_purge_tick's count for this thread */
 

@@ -39,6 +39,7 @@
 #define PCP_BATCH 63
 #define PCP_HIGH_MAX  (6 * PCP_BATCH)
 #define PCP_ALL_PAGES 1024                    /* 4 MiB */
+#define PCP_WINDOW_MS 10                      /* a funnel is told over this long at least (pcp.c) */
 extern unsigned pcp_high;
 
 /* Free blocks (buddy) or aligned free runs (iBuddy) of at least this order are
@@ -199,6 +200,7 @@ SK_INLINE void page_clear_tails(struct page_desc *head, size_t from, size_t to)
 /* pcp.c: the lazy layer's slow paths. */
 bool pcp_refill(struct sk_thread *t);
 void pcp_drain(struct sk_thread *t, unsigned n);
+void pcp_over_high(struct sk_thread *t);
 /* The page layer's thread hooks (core/layer.h): t's lazy list back at its
  * exit; the high mark shared out among n live threads. */
 void page_thread_exit(struct sk_thread *t);

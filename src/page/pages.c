@@ -417,8 +417,8 @@ SK_INLINE void free_block(struct page_desc *d, unsigned order)
              * never see the new head before its link (a plain mov on x86). */
             __atomic_store_n(&t->pcp_head, d, __ATOMIC_RELEASE);
             __atomic_store_n(&t->pcp_frees, t->pcp_frees + 1, __ATOMIC_RELAXED);
-            if (unlikely(++t->pcp_count > __atomic_load_n(&pcp_high, __ATOMIC_RELAXED)))
-                pcp_drain(t, PCP_BATCH);
+            if (unlikely(++t->pcp_count > __atomic_load_n(&t->pcp_high, __ATOMIC_RELAXED)))
+                pcp_over_high(t);
             return;
         }
     }

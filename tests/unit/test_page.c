@@ -8,8 +8,11 @@
  * a constructed fragmentation event; free blocks per order equal to the
  * maximal aligned runs of the frames freed; bad frees
  * reported and aborted in children; exhaustion under RLIMIT_AS; the coarse
- * clock read from the vDSO directly, agreeing with libc's. */
+ * clock read from the vDSO directly, agreeing with libc's; a thread that
+ * only frees keeps one batch on its lazy list, one that reuses its pages
+ * its share. */
 #include <errno.h>
+#include <pthread.h>
 #include <time.h>
 #include <sys/auxv.h>
 #include <sys/resource.h>
@@ -586,9 +589,68 @@ static void test_clock(void)
     }
 }
 
+/* ---- the lazy lists' high mark ----------------------------------------- */
+
+#define FUNNEL_PAGES 1000
+static void *funnel_pages[FUNNEL_PAGES];
+static uint64_t funnel_lazy;
+
+static void pause_past_window(void)
+{
+    nanosleep(&(struct timespec){ 0, 120 * 1000 * 1000 }, NULL);   /* the list's window: 100 ms */
+}
+
+/* Frees pages another thread allocated, half before and half after a pause
+ * (a funnel: it takes none), or (burst) allocates them itself and frees
+ * them, twice, with a pause between; the lazy pages while it lives. */
+static void *funnel_thread(void *burst)
+{
+    for (int round = 0; burst && round < 2; round++) {
+        if (round)
+            pause_past_window();
+        for (int i = 0; i < FUNNEL_PAGES; i++)
+            funnel_pages[i] = kmem_pages_alloc(0, KM_SLEEP);
+        for (int i = 0; i < FUNNEL_PAGES; i++)
+            kmem_pages_free(funnel_pages[i], 0);
+    }
+    for (int i = 0; !burst && i < FUNNEL_PAGES; i++) {
+        if (i == FUNNEL_PAGES / 2)
+            pause_past_window();
+        kmem_pages_free(funnel_pages[i], 0);
+    }
+    funnel_lazy = stats().pages_lazy;
+    return NULL;
+}
+
+static uint64_t lazy_after(bool burst)
+{
+    page_reap();                               /* this thread's list: empty */
+    for (int i = 0; !burst && i < FUNNEL_PAGES; i++)
+        funnel_pages[i] = kmem_pages_alloc(0, KM_SLEEP);
+    uint64_t ours = stats().pages_lazy;
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, funnel_thread, burst ? "burst" : NULL) == 0, "pthread_create");
+    pthread_join(th, NULL);
+    return funnel_lazy - ours;
+}
+
+/* A thread that frees what another allocated keeps one batch on its list
+ * (the pages back where the allocating thread takes them, and the purge can
+ * return them); one that takes its pages again keeps its share (two live
+ * threads: 378). */
+static void test_lazy_funnel(void)
+{
+    uint64_t funnel = lazy_after(false), burst = lazy_after(true);
+    CHECK(funnel <= 64, "a thread that only frees kept %llu pages on its lazy list (at most 64)",
+          (unsigned long long)funnel);
+    CHECK(burst >= 300, "a thread that frees its own burst kept %llu pages on its lazy list (at least 300)",
+          (unsigned long long)burst);
+}
+
 int main(void)
 {
     test_clock();
+    test_lazy_funnel();
     test_model();
     test_coalesce();
     test_ibuddy_frames();
