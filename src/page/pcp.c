@@ -5,10 +5,11 @@
  * push it without a lock.  An empty list is refilled with PCP_BATCH pages
  * under one back-end lock acquisition; a list above its thread's high mark
  * (pcp_over_high) gives PCP_BATCH back (to the buddy, where they coalesce; to
- * the iBuddy, where they are pushed as frames).  We return the most recently freed pages (the top of the
- * list): Linux returns the coldest, but a singly linked list has no tail and
- * the difference does not matter to a user-space page (no cache coldness to
- * preserve beyond what the next allocation touches).  The list of a thread is
+ * the iBuddy, where they are pushed as frames).  We return the most recently
+ * freed pages (the top of the list): Linux returns the coldest, but a singly
+ * linked list has no tail and the difference does not matter to a user-space
+ * page (no cache coldness to preserve beyond what the next allocation
+ * touches).  The list of a thread is
  * only touched by that thread, or by page_thread_exit once it is gone. */
 #include "page_int.h"
 #include "../os/os.h"
