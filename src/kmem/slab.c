@@ -209,7 +209,6 @@ struct slab_cache {
     uint32_t nobjs;
     uint32_t order;
     bool small;
-    bool hdr_outside;              /* small layout, struct slab from cache_internal_alloc (tiled, 2.) */
     uint32_t shift;                /* bufsize = odd << shift */
     uint64_t inv;                  /* inverse of odd mod 2^64 (interior-pointer test) */
     uint64_t pow2_mask, pow2_end;  /* the same for power-of-two buffers: bufsize - 1, nobjs * bufsize */
@@ -446,7 +445,7 @@ static size_t slab_bytes(const struct slab_cache *sc) { return PAGE_SIZE << sc->
 static size_t slab_header_bytes(const struct slab_cache *sc)
 {
     if (sc->small)
-        return sc->hdr_outside ? sizeof(struct slab) : 0;
+        return sc->tiled ? sizeof(struct slab) : 0;
     return sizeof(struct slab) + sc->nobjs * sizeof(struct bufctl);
 }
 
@@ -457,7 +456,7 @@ static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, in
     if (!mem)
         return NULL;
     struct slab *sp;
-    if (sc->small && !sc->hdr_outside) {
+    if (sc->small && !sc->tiled) {
         sp = (struct slab *)(mem + slab_bytes(sc) - sizeof *sp);
     } else {
         if (!sc->small && unlikely(!__atomic_load_n(&sc->hash, __ATOMIC_ACQUIRE)) && !hash_install(sc)) {
@@ -1322,7 +1321,6 @@ static int slab_cache_init(struct kmem_cache *cp)
     sc->link_off = bufsize - sizeof(uintptr_t);
     sc->small = bufsize < PAGE_SIZE / 8;
     sc->tiled = sc->small && cp->ctor && (bufsize & (bufsize - 1)) == 0;
-    sc->hdr_outside = sc->tiled;
 
     /* Large buffers first: the packed rule (slab_order_packed, at most 1/64
      * lost).  Then the smallest order wasting at most 1/16 up to 64 KiB, else
@@ -1357,10 +1355,10 @@ static int slab_cache_init(struct kmem_cache *cp)
         sc->small = true;
         leftover -= sizeof(struct slab);
     }
-    /* (Not for malloc's generic caches as well, where the tail cannot hold
-     * the header: the header alone off the slab saved sqlite3 290 KiB of
-     * bufctls, but on the lazy buddy espresso's peak went from 3.8 to 7.4
-     * MiB -- docs/benchmarks-malloc.md, 2026-11-25.) */
+    /* (Where the tail cannot hold it, the header alone off the slab for the
+     * generic caches saved sqlite3 290 KiB of bufctls, but took espresso's
+     * peak on the lazy buddy from 3.8 to 7.4 MiB: not done;
+     * docs/benchmarks-malloc.md, 2026-11-25.) */
 
     /* Colours: step = cache line or alignment (Bonwick 4.3). */
     size_t step = align > CACHE_LINE ? align : CACHE_LINE;
