@@ -22,7 +22,7 @@
 #include "cache.h"
 #include "../core/report.h"
 
-#define INTERNAL_MAX     2048u
+#define INTERNAL_MAX     2048u            /* internal_sizes' last class: internal_class stops there */
 /* Two classes per doubling, and the multiples of 64 that SLAB's magazines of
  * 31, 47 and 63 rounds fill (264, 392 and 520 bytes, in whole cache lines):
  * they took 384, 512 and 768-byte chunks, and espresso's depot held 600 KiB
