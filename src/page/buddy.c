@@ -2,6 +2,9 @@
  * zone->lock) with per-order free lists of blocks, split on demand and
  * coalesced with their buddy (frame index ^ 2^order, same region) on free.
  *
+ * A request takes the smallest free block still in memory before the
+ * smallest one given back or never touched (take_block).
+ *
  * Data: a free block is its head descriptor: kind PAGE_FREE, order, linked
  * into zone.head[order] through desc.free (doubly linked, NULL-terminated),
  * free.since = page clock when it became free, PD_PURGED if its memory was
@@ -78,26 +81,52 @@ SK_INLINE void make_free(struct page_desc *d, unsigned order, uint32_t flags, ui
     list_add(d, order);
 }
 
-/* Linux __rmqueue_smallest + expand: take the smallest block of order >=
- * `order`, split it down, putting the upper halves back.  Zone lock held. */
-static struct page_desc *rmqueue(unsigned order)
+/* How many blocks of each order take_block looks at for one still in
+ * memory. */
+#define RESIDENT_TRIES 8
+
+/* The free block a request for 2^order frames takes: the smallest whose
+ * frames are in memory (not PD_PURGED: touched and not given back), else
+ * the smallest.  Splitting a purged block before a resident one of a larger
+ * order touches frames while touched ones lie free: a block realloc grows in
+ * place then grows into frames never touched too, and espresso on this buddy
+ * touched 1,600 distinct frames for a peak of 570 in use (7.4 MiB peak
+ * against 3.8) once the order of its page requests shifted slightly.
+ * jemalloc reuses dirty extents before clean ones for the same reason.
+ * Zone lock held. */
+static struct page_desc *take_block(unsigned order)
 {
+    struct page_desc *smallest = NULL;
     for (unsigned o = order; o <= MAX_ORDER; o++) {
         struct page_desc *d = zone.head[o];
-        if (!d)
-            continue;
-        list_del(d, o);
-        uint32_t purged = d->flags & PD_PURGED;
-        while (o > order) {
-            o--;
-            make_free(d + ((size_t)1 << o), o, purged, d->free.since);
-            zone.splits++;
-        }
-        d->order = (uint8_t)order;
-        d->flags = purged ? PD_ZERO : 0;
-        return d;
+        for (int tries = 0; d && tries < RESIDENT_TRIES; d = d->free.next, tries++)
+            if (!(d->flags & PD_PURGED))
+                return d;
+        if (!smallest)
+            smallest = zone.head[o];
     }
-    return NULL;
+    return smallest;
+}
+
+/* Linux __rmqueue_smallest + expand: take a block of order >= `order`
+ * (take_block), split it down, putting the upper halves back.  Zone lock
+ * held. */
+static struct page_desc *rmqueue(unsigned order)
+{
+    struct page_desc *d = take_block(order);
+    if (!d)
+        return NULL;
+    unsigned o = d->order;
+    list_del(d, o);
+    uint32_t purged = d->flags & PD_PURGED;
+    while (o > order) {
+        o--;
+        make_free(d + ((size_t)1 << o), o, purged, d->free.since);
+        zone.splits++;
+    }
+    d->order = (uint8_t)order;
+    d->flags = purged ? PD_ZERO : 0;
+    return d;
 }
 
 /* Whether h heads a free block of this order.  The buddy's coalescing and
