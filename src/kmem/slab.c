@@ -26,7 +26,10 @@
  *    block from cache_internal_alloc (Bonwick took them from two small-object
  *    caches; one block per slab is the same memory with one call), and a
  *    per-cache hash from buffer address to bufctl, rescaled (x2 above a load
- *    of 2, /2 below 1/4) outside the lock, finds the bufctl at free.
+ *    of 2, /2 below 1/4) outside the lock, finds the bufctl at free.  The
+ *    generic (kmalloc) caches never take that layout: where the slab's tail
+ *    cannot hold struct slab, it alone comes from cache_internal_alloc and
+ *    the free list still runs through the buffers (hdr_outside).
  * 3. Slab size: for large objects, the smallest order up to 64 KiB that
  *    loses at most 1/64 to the tail and the layout (slab_order_packed); else
  *    the smallest order up to 64 KiB whose waste (header and tail included)
@@ -92,10 +95,10 @@
  *    Delight 10-17: no division; every page's descriptor holds the slab's
  *    first-buffer address; for a power of two, two compares; for a tiled
  *    cache, the pointer's low bits), and it is not the round on top of the
- *    loaded magazine (immediate double free).  Slab layer: small — not the
- *    head of the slab's free list, slab not already empty; large — the
- *    buffer's bufctl must be in the hash (exact, always on: it is needed to
- *    find the bufctl anyway).
+ *    loaded magazine (immediate double free).  Slab layer: small (and the
+ *    generic caches) — not the head of the slab's free list, slab not
+ *    already empty; large — the buffer's bufctl must be in the hash (exact,
+ *    always on: it is needed to find the bufctl anyway).
  *
  * Locking.  sc->lock (slab layer: slab list, counters, hash) and
  * depot.lock (depot lists, magazine size) are leaves and are never held
@@ -209,6 +212,7 @@ struct slab_cache {
     uint32_t nobjs;
     uint32_t order;
     bool small;
+    bool hdr_outside;              /* small layout, struct slab from cache_internal_alloc (tiled; generic caches, 2.) */
     uint32_t shift;                /* bufsize = odd << shift */
     uint64_t inv;                  /* inverse of odd mod 2^64 (interior-pointer test) */
     uint64_t pow2_mask, pow2_end;  /* the same for power-of-two buffers: bufsize - 1, nobjs * bufsize */
@@ -445,7 +449,7 @@ static size_t slab_bytes(const struct slab_cache *sc) { return PAGE_SIZE << sc->
 static size_t slab_header_bytes(const struct slab_cache *sc)
 {
     if (sc->small)
-        return sc->tiled ? sizeof(struct slab) : 0;
+        return sc->hdr_outside ? sizeof(struct slab) : 0;
     return sizeof(struct slab) + sc->nobjs * sizeof(struct bufctl);
 }
 
@@ -456,7 +460,7 @@ static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, in
     if (!mem)
         return NULL;
     struct slab *sp;
-    if (sc->small && !sc->tiled) {
+    if (sc->small && !sc->hdr_outside) {
         sp = (struct slab *)(mem + slab_bytes(sc) - sizeof *sp);
     } else {
         if (!sc->small && unlikely(!__atomic_load_n(&sc->hash, __ATOMIC_ACQUIRE)) && !hash_install(sc)) {
@@ -1321,11 +1325,12 @@ static int slab_cache_init(struct kmem_cache *cp)
     sc->link_off = bufsize - sizeof(uintptr_t);
     sc->small = bufsize < PAGE_SIZE / 8;
     sc->tiled = sc->small && cp->ctor && (bufsize & (bufsize - 1)) == 0;
+    sc->hdr_outside = sc->tiled;
 
     /* Large buffers first: the packed rule (slab_order_packed, at most 1/64
      * lost).  Then the smallest order wasting at most 1/16 up to 64 KiB, else
-     * at most 1/8 (Bonwick 3.2) at any order, else the least wasteful: 1/8 is
-     * Bonwick's bound, not a target -- 1056-byte buffers waste 10% in two pages and 3%
+     * at most 1/8 (Bonwick 3.2) at any order, else the least wasteful: 1/8 is Bonwick's
+     * bound, not a target -- 1056-byte buffers waste 10% in two pages and 3%
      * in four, 4224-byte ones 10% in 32 KiB and 3% in 64. */
     size_t header = sc->small && !sc->tiled ? sizeof(struct slab) : 0;
     int order = sc->small ? -1 : slab_order_packed(bufsize, 64);
@@ -1355,10 +1360,18 @@ static int slab_cache_init(struct kmem_cache *cp)
         sc->small = true;
         leftover -= sizeof(struct slab);
     }
-    /* (Where the tail cannot hold it, the header alone off the slab for the
-     * generic caches saved sqlite3 290 KiB of bufctls, but took espresso's
-     * peak on the lazy buddy from 3.8 to 7.4 MiB: not done;
-     * docs/benchmarks-malloc.md, 2026-11-25.) */
+    /* malloc's generic caches go further: where the tail cannot hold the
+     * header, the header alone goes off the slab and the free list still
+     * runs through the buffers (as it does for every small buffer), at the
+     * same order.  A bufctl and a hash slot per buffer (32 bytes, and a
+     * hash lookup at every free into the slab) cost sqlite3 (4,627 buffers
+     * of 4,368 bytes) 290 KiB and tclsh (3,687 of 16 KiB) 250 KiB of
+     * their peaks.  User caches keep Bonwick's large-object layout and its
+     * exact double-free check (the bufctl must be in the hash). */
+    if (!sc->small && (cp->flags & CACHE_KMALLOC)) {
+        sc->small = true;
+        sc->hdr_outside = true;
+    }
 
     /* Colours: step = cache line or alignment (Bonwick 4.3). */
     size_t step = align > CACHE_LINE ? align : CACHE_LINE;
@@ -1374,9 +1387,9 @@ static int slab_cache_init(struct kmem_cache *cp)
 
     sc->shift = (uint32_t)__builtin_ctzll(bufsize);
     sc->inv = inverse_odd(bufsize >> sc->shift);
+    /* Not under the debug layer, whose free_owned shim must see every free. */
     sc->pow2_mask = bufsize - 1;
     sc->pow2_end = (uint64_t)sc->nobjs * bufsize;
-    /* Not under the debug layer, whose free_owned shim must see every free. */
     if (sc->inv == 1 && cp->free_fn == slab_free_owned)
         cp->free_fn = sc->tiled ? slab_free_owned_tiled : slab_free_owned_pow2;
 

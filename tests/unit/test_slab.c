@@ -6,7 +6,8 @@
  * (given back by time and by kmem_reap once unused), a burst of small buffers
  * drained past the cache's peak (not with a constructor), colours across
  * slabs, waste <= 1/8 in every generic cache (<= 1/64 for large buffers below
- * 8 KiB), the large-object hash rescaling, magazine LIFO behaviour,
+ * 8 KiB), the large-object hash rescaling, the generic caches' layout without
+ * bufctls, magazine LIFO behaviour,
  * magazines grown by a busy depot, exact statistics (allocations derived),
  * magazines going to the depot at thread exit, the depot's working set
  * (kmem_reap keeps it, an urgent reap does not), an urgent reap giving every
@@ -228,6 +229,46 @@ static void test_layout_choice(void)
     layout_check("slab_layout_2048", 2048, NULL, true);
     layout_check("slab_layout_4096", 4096, NULL, true);
     layout_check("slab_layout_4368", 4368, NULL, true);
+}
+
+/* malloc's generic caches keep no bufctls and no hash even where the slab's
+ * tail cannot hold the header (the header alone goes off the slab, the free
+ * list runs through the buffers): powers of two, and 4368 (15 in 64 KiB, 16
+ * bytes over), where a user cache of the same size keeps the large-object
+ * layout (test_layout_choice).  Their buffers stay intact while allocated,
+ * through frees and reuse. */
+static void test_generic_layout(void)
+{
+    static const size_t sizes[] = { 512, 1024, 2048, 4096, 4368, 8192, 16384, 32768 };
+    for (size_t k = 0; k < ARRAY_SIZE(sizes); k++) {
+        size_t size = sizes[k];
+        struct kmem_cache *cp = kmalloc_cache_get(kmalloc_index(size));
+        REQUIRE(cp && cp->object_size == size, "generic class for %zu bytes", size);
+        enum { N = 40 };
+        unsigned char *objs[N];
+        for (int i = 0; i < N; i++) {
+            objs[i] = kmem_alloc(size, KM_SLEEP);
+            REQUIRE(objs[i]);
+            memset(objs[i], i + 1, size);
+        }
+        CHECK(slab_hash_info(cp, NULL) == 0, "%s: %zu hash buckets (want the free list through the buffers)",
+              cp->name, slab_hash_info(cp, NULL));
+        for (int i = 0; i < N; i += 2)
+            kmem_free(objs[i], size);
+        cache_reap_all_urgent();           /* the freed buffers go back to their slabs */
+        for (int i = 0; i < N; i += 2) {
+            objs[i] = kmem_alloc(size, KM_SLEEP);
+            REQUIRE(objs[i]);
+            memset(objs[i], i + 1, size);
+        }
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            for (size_t b = 0; b < size; b++)
+                bad += objs[i][b] != (unsigned char)(i + 1);
+            kmem_free(objs[i], size);
+        }
+        CHECK(bad == 0, "%s: %d bytes changed under the allocator", cp->name, bad);
+    }
 }
 
 /* A new slab's pages are touched as its buffers are handed out: one
@@ -886,6 +927,7 @@ int main(void)
     test_waste();
     test_hash_rescale();
     test_layout_choice();
+    test_generic_layout();
     test_lazy_carve();
     test_magazine_lifo();
     test_busy_depot_grows();
