@@ -1329,8 +1329,8 @@ static int slab_cache_init(struct kmem_cache *cp)
 
     /* Large buffers first: the packed rule (slab_order_packed, at most 1/64
      * lost).  Then the smallest order wasting at most 1/16 up to 64 KiB, else
-     * at most 1/8 (Bonwick 3.2) at any order, else the least wasteful: 1/8 is Bonwick's
-     * bound, not a target -- 1056-byte buffers waste 10% in two pages and 3%
+     * at most 1/8 (Bonwick 3.2) at any order, else the least wasteful: 1/8 is
+     * Bonwick's bound, not a target -- 1056-byte buffers waste 10% in two pages and 3%
      * in four, 4224-byte ones 10% in 32 KiB and 3% in 64. */
     size_t header = sc->small && !sc->tiled ? sizeof(struct slab) : 0;
     int order = sc->small ? -1 : slab_order_packed(bufsize, 64);
@@ -1387,9 +1387,9 @@ static int slab_cache_init(struct kmem_cache *cp)
 
     sc->shift = (uint32_t)__builtin_ctzll(bufsize);
     sc->inv = inverse_odd(bufsize >> sc->shift);
-    /* Not under the debug layer, whose free_owned shim must see every free. */
     sc->pow2_mask = bufsize - 1;
     sc->pow2_end = (uint64_t)sc->nobjs * bufsize;
+    /* Not under the debug layer, whose free_owned shim must see every free. */
     if (sc->inv == 1 && cp->free_fn == slab_free_owned)
         cp->free_fn = sc->tiled ? slab_free_owned_tiled : slab_free_owned_pow2;
 

@@ -7,7 +7,8 @@
  * drained past the cache's peak (not with a constructor), colours across
  * slabs, waste <= 1/8 in every generic cache (<= 1/64 for large buffers below
  * 8 KiB), the large-object hash rescaling, the generic caches' layout without
- * bufctls, magazine LIFO behaviour,
+ * bufctls (contents intact, interior pointers and double frees reported),
+ * magazine LIFO behaviour,
  * magazines grown by a busy depot, exact statistics (allocations derived),
  * magazines going to the depot at thread exit, the depot's working set
  * (kmem_reap keeps it, an urgent reap does not), an urgent reap giving every
@@ -268,6 +269,43 @@ static void test_generic_layout(void)
             kmem_free(objs[i], size);
         }
         CHECK(bad == 0, "%s: %d bytes changed under the allocator", cp->name, bad);
+    }
+}
+
+/* ...and their pointer checks still hold without the bufctls (the hash
+ * lookup that found no bufctl was the large layout's check): a pointer into
+ * a buffer, and a buffer freed twice in a row, are reported. */
+static const size_t generic_sizes[] = { 512, 4368, 16384 };
+
+static void child_generic_interior(void *arg)
+{
+    size_t size = *(size_t *)arg;
+    char *p = kmem_alloc(size, KM_SLEEP);
+    kmem_free(kmem_alloc(size, KM_SLEEP), size);   /* the magazine is loaded */
+    kmem_free(p + size / 2, size);
+    _exit(3);
+}
+
+static void child_generic_double(void *arg)
+{
+    size_t size = *(size_t *)arg;
+    char *p = kmem_alloc(size, KM_SLEEP);
+    kmem_free(p, size);
+    kmem_free(p, size);
+    _exit(3);
+}
+
+static void test_generic_pointers(void)
+{
+    for (size_t k = 0; k < ARRAY_SIZE(generic_sizes); k++) {
+        struct child_result r;
+        size_t size = generic_sizes[k];
+        run_in_child(child_generic_interior, &size, &r);
+        CHECK(child_aborted(&r) && strstr(r.err, "not the start of an object") && strstr(r.err, "kmalloc-"),
+              "%zu bytes, half a buffer in: status %#x, stderr: %s", size, r.status, r.err);
+        run_in_child(child_generic_double, &size, &r);
+        CHECK(child_aborted(&r) && strstr(r.err, "double free") && strstr(r.err, "kmalloc-"),
+              "%zu bytes freed twice: status %#x, stderr: %s", size, r.status, r.err);
     }
 }
 
@@ -928,6 +966,7 @@ int main(void)
     test_hash_rescale();
     test_layout_choice();
     test_generic_layout();
+    test_generic_pointers();
     test_lazy_carve();
     test_magazine_lifo();
     test_busy_depot_grows();
