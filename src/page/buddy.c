@@ -2,8 +2,8 @@
  * zone->lock) with per-order free lists of blocks, split on demand and
  * coalesced with their buddy (frame index ^ 2^order, same region) on free.
  *
- * A request takes the smallest free block still in memory before the
- * smallest one given back or never touched (take_block).
+ * A single page is split from the smallest free block, a larger request
+ * from the lowest-addressed one that holds it (take_block).
  *
  * Data: a free block is its head descriptor: kind PAGE_FREE, order, linked
  * into zone.head[order] through desc.free (doubly linked, NULL-terminated),
@@ -81,31 +81,34 @@ SK_INLINE void make_free(struct page_desc *d, unsigned order, uint32_t flags, ui
     list_add(d, order);
 }
 
-/* How many blocks of each order take_block looks at for one still in
- * memory. */
-#define RESIDENT_TRIES 8
+/* How many blocks of each order take_block compares. */
+#define LOW_TRIES 8
 
-/* The free block a request for 2^order frames takes: the smallest whose
- * frames are in memory (not PD_PURGED: touched and not given back), else
- * the smallest.  Splitting a purged block before a resident one of a larger
- * order touches frames while touched ones lie free: a block realloc grows in
- * place then grows into frames never touched too, and espresso on this buddy
- * touched 1,600 distinct frames for a peak of 570 in use (7.4 MiB peak
- * against 3.8) once the order of its page requests shifted slightly.
- * jemalloc reuses dirty extents before clean ones for the same reason.
+/* The free block a request for 2^order frames takes.  A single page: the
+ * smallest block (the lazy lists' batches; small blocks are reused hot).
+ * More: the lowest-addressed of the first LOW_TRIES blocks of each order
+ * from `order` up (address-ordered first fit, as the iBuddy's bitmap search
+ * and as the largest order's list already do).  Smallest-fit took the
+ * pieces of whatever block was split last, often frames never touched at
+ * the newest end of the region, before free frames in memory lower down;
+ * buffers that realloc grows in place then grew into frames never touched
+ * too: espresso touched 1,600 distinct frames for a peak of 570 in use (7.4
+ * MiB peak against 3.8) once the order of its page requests shifted (malloc's
+ * generic caches without bufctls), and a test of buffers grown by doubling
+ * among single pages touched 2.5x its peak (1.3x now, as on the iBuddy).
  * Zone lock held. */
 static struct page_desc *take_block(unsigned order)
 {
-    struct page_desc *smallest = NULL;
+    struct page_desc *low = NULL;
     for (unsigned o = order; o <= MAX_ORDER; o++) {
         struct page_desc *d = zone.head[o];
-        for (int tries = 0; d && tries < RESIDENT_TRIES; d = d->free.next, tries++)
-            if (!(d->flags & PD_PURGED))
-                return d;
-        if (!smallest)
-            smallest = zone.head[o];
+        if (!order && d)
+            return d;
+        for (int tries = 0; d && tries < LOW_TRIES; d = d->free.next, tries++)
+            if (!low || d < low)
+                low = d;
     }
-    return smallest;
+    return low;
 }
 
 /* Linux __rmqueue_smallest + expand: take a block of order >= `order`
