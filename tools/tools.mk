@@ -5,7 +5,8 @@
 # $(BUILD)/bench/workloads/*, the trace recorder $(BUILD)/libslabkit_record.so,
 # the replayer, $(BUILD)/libexec/slabkit-spawn (slabkit.measure starts
 # measured commands through it; static, so its own resident set is tiny) and
-# $(BUILD)/libexec/slabkit-designs (the library's designs, for the tools).
+# $(BUILD)/libexec/slabkit-designs and slabkit-classes (the library's designs
+# and generic size classes, for the tools).
 #
 # The workloads and the recorder never link slabkit and are built without
 # sanitizers even when SANITIZE=1: they run under other allocators through
@@ -20,7 +21,7 @@ PY_BIN     := $(BUILD)/bin/slabkit $(BUILD)/bin/imas $(BUILD)/bin/imasd
 .PHONY: lab venv
 all: lab
 lab: $(BUILD)/bin/slabkit $(LAB_WL_BIN) $(BUILD)/libslabkit_record.so $(BUILD)/libexec/slabkit-spawn \
-     $(BUILD)/libexec/slabkit-designs
+     $(BUILD)/libexec/slabkit-designs $(BUILD)/libexec/slabkit-classes
 venv: $(VENV)/slabkit-build
 
 # The environment: made from $(PYTHON) the first time it is needed, brought up
@@ -54,6 +55,11 @@ $(BUILD)/libslabkit_record.so: tools/record/record.c tools/record/trace.h
 $(BUILD)/libexec/slabkit-designs: tools/designs/designs.c $(BUILD)/libslabkit_core.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
+
+# ...and its generic size classes (tools/classes: reads an internal table).
+$(BUILD)/libexec/slabkit-classes: tools/classes/classes.c $(BUILD)/libslabkit_core.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -o $@ $< $(BUILD)/libslabkit_core.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/libexec/slabkit-spawn: tools/spawn/spawn.c
 	@mkdir -p $(dir $@)

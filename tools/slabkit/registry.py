@@ -31,24 +31,37 @@ _USUAL_DIRS = ["/usr/local/lib", "/usr/lib64", "/usr/lib", "/lib64", "/lib"]
 
 
 class NotBuilt(ValueError):
-    """The build the list of designs comes from is missing."""
+    """The build the lists of designs and size classes come from is missing."""
+
+
+def _ask_build(helper_name, what, build=None):
+    """The words <build>/libexec/<helper_name> prints: a list the library
+    holds (what names it in the errors)."""
+    helper = os.path.join(build or build_dir(), "libexec", helper_name)
+    try:
+        out = subprocess.run([helper], capture_output=True, text=True, timeout=30)
+    except OSError as e:
+        raise NotBuilt(f"{helper}: {e.strerror} (run make: the {what} come from the built library)")
+    except subprocess.TimeoutExpired:
+        raise NotBuilt(f"{helper} did not answer in 30 s")
+    words = tuple(out.stdout.split())
+    if out.returncode != 0 or not words:
+        raise NotBuilt(f"{helper} failed (exit {out.returncode}): run make")
+    return words
 
 
 @functools.lru_cache(maxsize=None)
 def designs(build=None):
     """The library's designs, the default first: slabkit_designs() (the one
     list, src/kmem/designs.c), printed by <build>/libexec/slabkit-designs."""
-    helper = os.path.join(build or build_dir(), "libexec", "slabkit-designs")
-    try:
-        out = subprocess.run([helper], capture_output=True, text=True, timeout=30)
-    except OSError as e:
-        raise NotBuilt(f"{helper}: {e.strerror} (run make: the designs come from the built library)")
-    except subprocess.TimeoutExpired:
-        raise NotBuilt(f"{helper} did not answer in 30 s")
-    names = tuple(out.stdout.split())
-    if out.returncode != 0 or not names:
-        raise NotBuilt(f"{helper} failed (exit {out.returncode}): run make")
-    return names
+    return _ask_build("slabkit-designs", "designs", build)
+
+
+@functools.lru_cache(maxsize=None)
+def size_classes(build=None):
+    """The generic size classes, smallest first (kmalloc_sizes in
+    src/kmem/kmalloc.c), printed by <build>/libexec/slabkit-classes."""
+    return tuple(int(v) for v in _ask_build("slabkit-classes", "classes", build))
 
 
 def default_design(build=None):

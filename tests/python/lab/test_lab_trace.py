@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from slabkit import registry
 from slabkit.lab import trace
 
 
@@ -86,3 +87,31 @@ def test_untimed_keeps_every_call(build, slabkit_cli, tmp_path):
     assert [t[:4] + t[5:] for t in bare] == [t[:4] + t[5:] for t in timed]
     head = trace.read_header(str(tmp_path / "bare.sktrace"))
     assert head["pid"] == 0 and head["start_realtime_ns"] == 0
+
+
+def write_trace(path, calls):
+    """A trace of (op, id, size) calls, one thread, no times."""
+    body = b"".join(trace.RECORD.pack(op, 0, 0, bid, 0, size) for op, bid, size in calls)
+    path.write_bytes(trace.HEADER.pack(trace.MAGIC, 1, trace.RECORD.size, 0, 0) + body)
+    return str(path)
+
+
+def test_class_floor_sums_each_class_peak(build, slabkit_cli, tmp_path):
+    # Ten 100-byte blocks (class 112) live and freed, then ten of 200 bytes
+    # (class 224): the classes peak at different times, so the bytes in
+    # classes peak at 2,240 but storage kept per class holds 1,120 + 2,240.
+    # One block goes from 8 bytes (malloc rounds to 16) to 40,000 by realloc
+    # (beyond the classes: ten pages) and is freed last.
+    classes = registry.size_classes(build)
+    assert classes[0] <= 16 and 112 in classes and 224 in classes and classes[-1] < 40000
+    calls = [(1, 100, 8)] + [(1, i, 100) for i in range(10)] + [(5, i, 0) for i in range(10)]
+    calls += [(1, 10 + i, 200) for i in range(10)] + [(5, 10 + i, 0) for i in range(10)]
+    calls += [(3, 100, 40000), (5, 100, 0)]
+    path = write_trace(tmp_path / "two.sktrace", calls)
+    info = trace.analyze(path, classes)
+    assert info["peak_class_bytes"] == 40960
+    assert info["class_floor"] == 16 + 1120 + 2240 + 40960
+    assert "class_floor" not in trace.analyze(path)
+    r = subprocess.run([slabkit_cli, "replay", "--info", path], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"class_floor: {16 + 1120 + 2240 + 40960}" in r.stdout.splitlines()

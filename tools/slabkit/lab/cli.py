@@ -16,7 +16,7 @@ from . import report as R
 from . import runner, stats, trace
 from . import workloads as W
 from .allocators import LabError
-from ..registry import NotBuilt
+from ..registry import NotBuilt, size_classes
 
 
 class Parser(argparse.ArgumentParser):
@@ -241,8 +241,14 @@ def cmd_record(args):
 
 def cmd_replay(args):
     build = build_dir()
+    classes = None
+    if args.info:
+        try:
+            classes = size_classes(build)
+        except NotBuilt as e:
+            sys.stderr.write(f"slabkit replay: no class floor: {e}\n")
     try:
-        info = trace.analyze(args.trace)
+        info = trace.analyze(args.trace, classes)
     except trace.TraceError as e:
         raise LabError(str(e))
     if args.info:
@@ -369,7 +375,10 @@ def make_parser():
 
     rp = sub.add_parser("replay", help="replay a trace under one allocator, or describe it (--info)")
     rp.add_argument("trace")
-    rp.add_argument("--info", action="store_true", help="print the trace's counts and peak requested bytes")
+    rp.add_argument("--info", action="store_true",
+                    help="print the trace's counts, peak requested bytes, and the peak of bytes in slabkit's "
+                         "size classes: of them all (peak_class_bytes) and summed over each class's own peak "
+                         "(class_floor: what storage segregated by class holds at least)")
     rp.add_argument("--allocator", metavar="NAME", help="allocator name or NAME=/path/lib.so (default glibc)")
     rp.add_argument("--timed", action="store_true", help="keep the recorded timing")
     rp.add_argument("--speed", type=float, default=1.0, help="with --timed: time runs this many times faster")
