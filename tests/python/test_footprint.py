@@ -1,7 +1,7 @@
 """The library's own start-up footprint: a program that preloads it and does
 ordinary work (dicts and lists, a thread) has few of the library's text pages
 resident.  The kernel maps a file's cached pages 64 KiB around each fault, so
-the code every program runs must sit together (src/hot.ld puts it first):
+the code every program runs must sit together (src/layout.ld puts it first):
 spread over the whole text, every process had all ~130 KiB resident.
 Since Linux 6.18 a fault maps a whole large page-cache folio (a file read by
 readahead or copied in big writes has 128 KiB ones) and the text's order
@@ -21,19 +21,39 @@ import struct, threading
 d = {str(i): [i] * (i % 7) for i in range(20000)}
 t = threading.Thread(target=lambda: sorted(d, key=len))
 t.start(); t.join()
+
+def resident_kib(a, b):
+    with open("/proc/self/pagemap", "rb") as pm:
+        pm.seek((a >> 12) * 8)
+        n = (b - a) >> 12
+        return sum((v >> 63) & 1 for v in struct.unpack(f"<{n}Q", pm.read(8 * n))) * 4
+
+base = None
 for line in open("/proc/self/maps"):
     f = line.split()
-    if len(f) > 5 and f[5].endswith("libslabkit.so") and "x" in f[1]:
+    if len(f) > 5 and f[5].endswith("libslabkit.so"):
         a, b = (int(x, 16) for x in f[0].split("-"))
-        with open("/proc/self/pagemap", "rb") as pm:
-            pm.seek((a >> 12) * 8)
-            n = (b - a) >> 12
-            flags = struct.unpack(f"<{n}Q", pm.read(8 * n))
-        print(n * 4, sum((v >> 63) & 1 for v in flags) * 4)
+        base = a if base is None else base
+        if "x" in f[1]:
+            text = (b - a) // 1024, resident_kib(a, b)
+            path = f[5]
+with open(path, "rb") as elf:                # the writable PT_LOAD: .data and .bss
+    head = elf.read(4096)
+phoff, = struct.unpack_from("<Q", head, 32)
+phentsize, phnum = struct.unpack_from("<HH", head, 54)
+for i in range(phnum):
+    kind, flags, _, vaddr, _, _, memsz, _ = struct.unpack_from("<IIQQQQQQ", head, phoff + i * phentsize)
+    if kind == 1 and flags & 2:
+        lo, hi = (base + vaddr) & ~4095, (base + vaddr + memsz + 4095) & ~4095
+        data = (hi - lo) // 1024, resident_kib(lo, hi)
+print(*text, *data)
 """
 
 # The hot code is ~47 KiB: one 64 KiB window and a page to spare.
 TEXT_RESIDENT_KIB = 68
+# The RELRO page, .data (3 pages), the small variables of .bss and the pages
+# of the ibuddy spaces in use (6), a page to spare.
+DATA_RESIDENT_KIB = 44
 
 
 def small_folio_copy(lib, where):
@@ -44,7 +64,7 @@ def small_folio_copy(lib, where):
     return copy
 
 
-def test_text_resident_after_ordinary_work_is_the_hot_code(lib):
+def test_resident_text_and_data_after_ordinary_work(lib):
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm (tmpfs) to hold a copy in small pages")
     with tempfile.TemporaryDirectory(dir="/dev/shm") as where:
@@ -52,6 +72,8 @@ def test_text_resident_after_ordinary_work_is_the_hot_code(lib):
                            env=dict(clean_env(), LD_PRELOAD=small_folio_copy(lib, where)),
                            capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
-    size, resident = (int(x) for x in p.stdout.split())
+    size, resident, data_size, data_resident = (int(x) for x in p.stdout.split())
     assert size > TEXT_RESIDENT_KIB + 64, f"text is {size} KiB: the bound no longer says anything"
     assert resident <= TEXT_RESIDENT_KIB, f"{resident} of {size} KiB of the library's text resident"
+    assert data_size > 512, f".data and .bss are {data_size} KiB: the bound no longer says anything"
+    assert data_resident <= DATA_RESIDENT_KIB, f"{data_resident} of {data_size} KiB of .data and .bss resident"
