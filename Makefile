@@ -31,7 +31,7 @@ VENV_PY  := $(VENV)/bin/python
 CFLAGS   ?= -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Wno-unused-parameter \
             -fPIC -pthread -fvisibility=hidden -ftls-model=initial-exec \
-            -fno-strict-aliasing -ffunction-sections -fdata-sections -Iinclude $(EXTRA_CFLAGS)
+            -fno-strict-aliasing -ffunction-sections -Iinclude $(EXTRA_CFLAGS)
 LDFLAGS  += -pthread $(LDSAN)
 LDLIBS   += -ldl -lm
 
@@ -61,8 +61,7 @@ $(BUILD)/obj/%.o: %.c $(HEADERS)
 LDRELR := $(shell $(CC) -shared -Wl,--fatal-warnings,-z,pack-relative-relocs -x c /dev/null -o /dev/null 2>/dev/null && echo -Wl,-z,pack-relative-relocs)
 
 # src/layout.ld puts the code every program runs first in the text, so that
-# it is resident in one or two 64 KiB fault-around windows, not the whole
-# text, and the small variables of .bss together, ahead of the large arrays.
+# it is resident in one or two 64 KiB fault-around windows, not the whole text.
 $(BUILD)/libslabkit.so: $(LIB_OBJ) src/layout.ld
 	$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS) $(LDRELR) -Wl,-z,nodelete -Wl,-T,src/layout.ld
 
