@@ -31,7 +31,7 @@ VENV_PY  := $(VENV)/bin/python
 CFLAGS   ?= -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) -Wall -Wextra -Wno-unused-parameter \
             -fPIC -pthread -fvisibility=hidden -ftls-model=initial-exec \
-            -fno-strict-aliasing -Iinclude $(EXTRA_CFLAGS)
+            -fno-strict-aliasing -ffunction-sections -Iinclude $(EXTRA_CFLAGS)
 LDFLAGS  += -pthread $(LDSAN)
 LDLIBS   += -ldl -lm
 
@@ -60,8 +60,10 @@ $(BUILD)/obj/%.o: %.c $(HEADERS)
 # first segment is two resident pages in every process, not four.
 LDRELR := $(shell $(CC) -shared -Wl,--fatal-warnings,-z,pack-relative-relocs -x c /dev/null -o /dev/null 2>/dev/null && echo -Wl,-z,pack-relative-relocs)
 
-$(BUILD)/libslabkit.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDRELR) -Wl,-z,nodelete
+# src/layout.ld puts the code every program runs first in the text, so that
+# it is resident in one or two 64 KiB fault-around windows, not the whole text.
+$(BUILD)/libslabkit.so: $(LIB_OBJ) src/layout.ld
+	$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS) $(LDRELR) -Wl,-z,nodelete -Wl,-T,src/layout.ld
 
 $(BUILD)/libslabkit.a: $(LIB_OBJ)
 	@rm -f $@
