@@ -51,7 +51,9 @@ all: lib tests benches
 
 lib: $(BUILD)/libslabkit.so $(BUILD)/libslabkit.a $(BUILD)/libslabkit_core.a
 
-$(BUILD)/obj/%.o: %.c $(HEADERS)
+# The Makefile too: a change of flags (say -ffunction-sections, which
+# src/layout.ld needs) must not leave objects built without it.
+$(BUILD)/obj/%.o: %.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
