@@ -60,12 +60,16 @@ $(BUILD)/obj/%.o: %.c $(HEADERS) Makefile
 # Relative relocations packed (DT_RELR: binutils 2.38, glibc 2.36) where the
 # toolchain has them: 120 bytes of table instead of 10 KiB, so the library's
 # first segment is two resident pages in every process, not four.
-LDRELR := $(shell $(CC) -shared -Wl,--fatal-warnings,-z,pack-relative-relocs -x c /dev/null -o /dev/null 2>/dev/null && echo -Wl,-z,pack-relative-relocs)
+# Both probes use the link's own flags: a linker chosen there (gold has
+# neither) must not be handed an option only the default one knows.
+LDRELR := $(shell $(CC) $(LDFLAGS) -shared -Wl,--fatal-warnings,-z,pack-relative-relocs -x c /dev/null -o /dev/null 2>/dev/null && echo -Wl,-z,pack-relative-relocs)
 
 # src/layout.ld puts the code every program runs first in the text, so that
 # it is resident in one or two 64 KiB fault-around windows, not the whole text.
+LDLAYOUT := $(shell $(CC) $(LDFLAGS) -shared -Wl,--fatal-warnings,-T,src/layout.ld -x c /dev/null -o /dev/null 2>/dev/null && echo -Wl,-T,src/layout.ld)
+
 $(BUILD)/libslabkit.so: $(LIB_OBJ) src/layout.ld
-	$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS) $(LDRELR) -Wl,-z,nodelete -Wl,-T,src/layout.ld
+	$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS) $(LDRELR) -Wl,-z,nodelete $(LDLAYOUT)
 
 $(BUILD)/libslabkit.a: $(LIB_OBJ)
 	@rm -f $@
