@@ -419,14 +419,46 @@ static int cmp_uptr(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The pages a footprint test was handed, each counted once. */
+static uintptr_t *seen;
+static size_t nseen, seen_cap;
+
+static void record_pages(const char *p, size_t from, size_t to)
+{
+    for (size_t k = from; k < to; k++) {
+        if (nseen == seen_cap) {
+            seen_cap = seen_cap ? 2 * seen_cap : 4096;
+            seen = realloc(seen, seen_cap * sizeof *seen);
+            REQUIRE(seen != NULL);
+        }
+        seen[nseen++] = (uintptr_t)p + (k << PAGE_SHIFT);
+    }
+}
+
+/* Sorts and dedupes the record; the number of distinct pages. */
+static size_t distinct_pages(void)
+{
+    qsort(seen, nseen, sizeof *seen, cmp_uptr);
+    size_t u = 0;
+    for (size_t i = 0; i < nseen; i++)
+        if (u == 0 || seen[u - 1] != seen[i])
+            seen[u++] = seen[i];
+    return nseen = u;
+}
+
+static void forget_pages(void)
+{
+    free(seen);
+    seen = NULL;
+    nseen = seen_cap = 0;
+}
+
 static void test_footprint(void)
 {
     enum { ROUNDS = 4, NBLK = 700 };
     static char *blk[NBLK];
     static unsigned npg[NBLK];
     static bool exa[NBLK];
-    size_t cap = 0, nseen = 0;
-    uintptr_t *seen = NULL;
     uint64_t seed = 77, peak = 0, held1 = 0;
     page_reap();
     for (int r = 0; r < ROUNDS; r++) {
@@ -440,23 +472,11 @@ static void test_footprint(void)
             REQUIRE(blk[i] != NULL, "allocation failed");
             blk[i][0] = (char)i;
             live += npg[i];
-            if (nseen + npg[i] > cap) {
-                cap = 2 * (nseen + npg[i]);
-                seen = realloc(seen, cap * sizeof *seen);
-                REQUIRE(seen != NULL);
-            }
-            for (unsigned k = 0; k < npg[i]; k++)
-                seen[nseen++] = (uintptr_t)blk[i] + ((uintptr_t)k << PAGE_SHIFT);
+            record_pages(blk[i], 0, npg[i]);
         }
         if (live > peak)
             peak = live;
-        /* Compact the record of pages seen (sort, dedupe). */
-        qsort(seen, nseen, sizeof *seen, cmp_uptr);
-        size_t u = 0;
-        for (size_t i = 0; i < nseen; i++)
-            if (u == 0 || seen[u - 1] != seen[i])
-                seen[u++] = seen[i];
-        nseen = u;
+        distinct_pages();                            /* keeps the record compact */
         uint64_t held = stats().pages_held;
         if (r == 0)
             held1 = held;
@@ -479,35 +499,16 @@ static void test_footprint(void)
     CHECK(nseen <= peak + peak * 15 / 100,
           "%d rounds handed out %zu distinct pages for at most %llu live: memory not reused",
           ROUNDS, nseen, (unsigned long long)peak);
-    free(seen);
+    forget_pages();
     page_reap();
 }
 
-/* Pages handed out, each counted once: the frames a run touched. */
-static uintptr_t *touched;
-static size_t ntouched, touched_cap;
-
+/* Writes pages [from, to) of p and records them. */
 static void touch(char *p, size_t from, size_t to)
 {
-    for (size_t k = from; k < to; k++) {
+    for (size_t k = from; k < to; k++)
         p[k << PAGE_SHIFT] = 1;
-        if (ntouched == touched_cap) {
-            touched_cap = touched_cap ? 2 * touched_cap : 4096;
-            touched = realloc(touched, touched_cap * sizeof *touched);
-            REQUIRE(touched != NULL);
-        }
-        touched[ntouched++] = (uintptr_t)p + (k << PAGE_SHIFT);
-    }
-}
-
-static size_t distinct_touched(void)
-{
-    qsort(touched, ntouched, sizeof *touched, cmp_uptr);
-    size_t u = 0;
-    for (size_t i = 0; i < ntouched; i++)
-        if (u == 0 || touched[u - 1] != touched[i])
-            touched[u++] = touched[i];
-    return ntouched = u;
+    record_pages(p, from, to);
 }
 
 /* Buffers grown by doubling (in place while the frames after them are free,
@@ -528,7 +529,6 @@ static void test_growth_footprint(void)
     static size_t kept_n[KEPT];
     uint64_t seed = 5, live = 0, peak = 0;
     page_reap();
-    ntouched = 0;
     for (int r = 0; r < ROUNDS; r++) {
         unsigned k = (unsigned)(test_rand(&seed) % PINS);
         if (pin[k]) {
@@ -570,7 +570,7 @@ static void test_growth_footprint(void)
         kept[j] = p;
         kept_n[j] = n;
     }
-    size_t distinct = distinct_touched();
+    size_t distinct = distinct_pages();
     printf("growth among single pages: %zu distinct pages touched for a peak of %llu live\n", distinct,
            (unsigned long long)peak);
     CHECK(distinct <= peak + peak / 2, "%zu distinct pages touched for at most %llu live: free frames not reused",
@@ -581,9 +581,7 @@ static void test_growth_footprint(void)
     for (int i = 0; i < KEPT; i++)
         if (kept[i])
             page_free_exact(kept[i], kept_n[i]);
-    free(touched);
-    touched = NULL;
-    ntouched = touched_cap = 0;
+    forget_pages();
     page_reap();
 }
 
