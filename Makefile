@@ -66,7 +66,10 @@ LDRELR := $(shell $(CC) $(LDFLAGS) -shared -Wl,--fatal-warnings,-z,pack-relative
 
 # src/layout.ld puts the code every program runs first in the text, so that
 # it is resident in one or two 64 KiB fault-around windows, not the whole text.
-LDLAYOUT := $(shell $(CC) $(LDFLAGS) -shared -Wl,--fatal-warnings,-T,src/layout.ld -x c /dev/null -o /dev/null 2>/dev/null && echo -Wl,-T,src/layout.ld)
+# With the segments aligned to 64 KiB (the loader, glibc 2.35 on, then loads
+# the library at a 64 KiB boundary), the hot code starts a window too: one
+# window resident wherever the library lands, not one or two by chance.
+LDLAYOUT := $(shell $(CC) $(LDFLAGS) -shared -Wl,--fatal-warnings,-T,src/layout.ld -x c /dev/null -o /dev/null 2>/dev/null && echo -Wl,-T,src/layout.ld -Wl,-z,max-page-size=0x10000)
 
 $(BUILD)/libslabkit.so: $(LIB_OBJ) src/layout.ld
 	$(CC) -shared -o $@ $(LIB_OBJ) $(LDFLAGS) $(LDRELR) -Wl,-z,nodelete $(LDLAYOUT)

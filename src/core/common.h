@@ -21,6 +21,11 @@
 #define SK_NORETURN  __attribute__((noreturn))
 #define SK_API       __attribute__((visibility("default")))
 #define SK_ALIGNED(n) __attribute__((aligned(n)))
+/* Large zeroed arrays most processes never touch (the debug layer's rings,
+ * the profiler's tables, the bootstrap arena): src/layout.ld keeps them
+ * together, ahead of the other variables, so that the small ones every
+ * process writes share a few pages instead of sitting between the arrays. */
+#define SK_RARELY_USED __attribute__((section(".bss.sk_rarely_used")))
 /* A fast-path entry point starts on a cache line: the whole path (50-100
  * bytes) then spans one or two lines and fetch windows wherever the rest of
  * the library moves.  Measured: unaligned, a change elsewhere in slab.c moved

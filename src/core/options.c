@@ -110,7 +110,7 @@ static int parse_signal(const char *s)
  * copied: the environment may change under a running program. */
 static void parse_prof(const char *value)
 {
-    static char dump_path[4096];
+    static char dump_path[4096] SK_RARELY_USED;
     bool on = false;
     char word[sizeof dump_path + 8];
     for (const char *p = value; next_item(&p, word, sizeof word);) {

@@ -165,10 +165,10 @@ struct audit_stripe {
     size_t cap, count;
     struct audit_rec **slots;     /* open addressing by address */
 };
-static struct audit_stripe stripes[AUDIT_STRIPES];
+static struct audit_stripe stripes[AUDIT_STRIPES] SK_RARELY_USED;
 
 struct ring_entry { uintptr_t addr; const char *cache; uint32_t tid; uint8_t op; uint64_t ns; };
-static struct ring_entry ring[RING_ENTRIES];
+static struct ring_entry ring[RING_ENTRIES] SK_RARELY_USED;
 static uint64_t ring_next;
 static struct sk_lock ring_lock = SK_LOCK_INIT;
 
@@ -412,7 +412,7 @@ static void on_free(struct kmem_cache *cp, void *p, size_t extent)
 /* --- Quarantine ---------------------------------------------------------- */
 
 struct quarantined { void *p; struct kmem_cache *cp; size_t extent; };
-static struct quarantined quarantine[QUARANTINE_ENTRIES];
+static struct quarantined quarantine[QUARANTINE_ENTRIES] SK_RARELY_USED;
 static size_t q_head, q_count, q_bytes;
 static struct sk_lock quarantine_lock = SK_LOCK_INIT;
 

@@ -27,7 +27,7 @@ static pthread_t init_owner;
 
 /* --- Bootstrap arena ----------------------------------------------------- */
 
-char boot_arena[BOOT_ARENA_SIZE] __attribute__((aligned(4096)));
+char boot_arena[BOOT_ARENA_SIZE] SK_RARELY_USED __attribute__((aligned(4096)));
 static size_t boot_used;
 static struct sk_lock boot_lock = SK_LOCK_INIT;
 

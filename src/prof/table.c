@@ -23,7 +23,7 @@
 #include "prof_int.h"
 #include "../os/os.h"
 
-struct prof_table prof_tab;
+struct prof_table prof_tab SK_RARELY_USED;
 
 #define FILTER_SLOTS ((size_t)1 << 16)
 #define FILTER_STUCK UINT16_MAX

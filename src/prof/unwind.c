@@ -42,7 +42,7 @@ struct rule_slot {
 };
 
 #define RULE_SLOTS 8192
-static struct rule_slot rules[RULE_SLOTS];
+static struct rule_slot rules[RULE_SLOTS] SK_RARELY_USED;
 static struct sk_lock rules_lock = SK_LOCK_INIT;
 
 static size_t slot_of(uintptr_t key) { return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 51) & (RULE_SLOTS - 1); }
