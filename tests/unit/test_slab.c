@@ -12,7 +12,8 @@
  * magazines grown by a busy depot, exact statistics (allocations derived),
  * magazines going to the depot at thread exit, the depot's working set
  * (kmem_reap keeps it, an urgent reap does not), an urgent reap giving every
- * slab of an idle cache to the page layer, the timed working-set reap (run
+ * slab of an idle cache to the page layer (and the thread's own magazines
+ * of a cache it stopped using, not of one it uses from them alone), the timed working-set reap (run
  * from another cache's slow paths; SLABKIT_RETURN_DELAY_MS=0 makes the
  * interval its 100 ms minimum), the interior-pointer report, and the
  * power-of-two buffers' own pointer test. */
@@ -657,6 +658,54 @@ static void test_growth_reclaims_idle(void)
     free(objs);
 }
 
+/* The thread's own two magazines of a cache it stopped using go back too,
+ * once other caches have grown by 32 MiB since (classcycle's earlier
+ * classes kept their last rounds and the slabs those pin); those of a cache
+ * it keeps using from its magazines alone, never reaching the depot, stay
+ * (the depot's clock alone took such a cache for idle, and its slab was
+ * handed back and rebuilt at every walk: largemix 3x slower).  The busy
+ * cache holds 1-3 objects, a different number at each use, so its
+ * magazine's top moves between walks. */
+static void test_own_magazines_idle(void)
+{
+    cache_reap_all_urgent();
+    enum { NB = 40 * 4096, USE_EVERY = 1024 };   /* 40 MiB of 256 B */
+    void **objs = calloc(NB, sizeof *objs), *few[4], *held[3];
+    kmem_cache_t *idle = kmem_cache_create("slab_own_idle", 256, 0, NULL, NULL);
+    kmem_cache_t *busy = kmem_cache_create("slab_own_busy", 256, 0, NULL, NULL);
+    kmem_cache_t *grow = kmem_cache_create("slab_own_grow", 256, 0, NULL, NULL);
+    REQUIRE(objs && idle && busy && grow, "set-up failed");
+    for (int i = 0; i < 4; i++)
+        few[i] = kmem_cache_alloc(idle, KM_SLEEP);
+    for (int i = 0; i < 4; i++)
+        kmem_cache_free(idle, few[i]);
+    int nheld = 0, evicted = 0;
+    for (int i = 0; i < NB; i++) {
+        if (i % USE_EVERY == 0) {
+            if (i && stats_of("slab_own_busy").cached_objs == 0)
+                evicted++;
+            while (nheld)
+                kmem_cache_free(busy, held[--nheld]);
+            for (int k = 0; k <= (i / USE_EVERY) % 3; k++)
+                held[nheld++] = kmem_cache_alloc(busy, KM_SLEEP);
+        }
+        objs[i] = kmem_cache_alloc(grow, KM_SLEEP);
+        memset(objs[i], 0x5a, 256);
+    }
+    struct slabkit_cache_stats st = stats_of("slab_own_idle");
+    CHECK(st.cached_objs == 0 && st.num_slabs == 0, "idle slab_own_idle still holds %lu cached objects in %lu "
+          "slabs after another cache grew by 40 MiB", (unsigned long)st.cached_objs, (unsigned long)st.num_slabs);
+    CHECK(evicted == 0, "slab_own_busy, used from its magazines all along, had them taken %d times", evicted);
+    while (nheld)
+        kmem_cache_free(busy, held[--nheld]);
+    for (int i = 0; i < NB; i++)
+        kmem_cache_free(grow, objs[i]);
+    kmem_cache_destroy(idle);
+    kmem_cache_destroy(busy);
+    kmem_cache_destroy(grow);
+    free(objs);
+}
+
 /* The depot budget counts what the caches hold now: a cache destroyed with a
  * full depot takes its share with it, so the next cache keeps a 2 MiB batch
  * instead of finding the budget spent by a cache that no longer exists. */
@@ -975,6 +1024,7 @@ int main(void)
     test_mass_free_bounded();
     test_destroy_forgets_depot();
     test_growth_reclaims_idle();
+    test_own_magazines_idle();
     test_small_burst_drained();
     test_urgent_reap_returns();
     test_constructed_kept();
