@@ -1533,11 +1533,11 @@ static size_t reap_cache(struct kmem_cache *cp, bool urgent, uint64_t now)
  * tried) and reaps completely every one without a constructor that holds
  * full magazines or free slabs but handed in, took back or grew none while
  * the clock advanced DEPOT_IDLE_BYTES: its magazines and free slabs go to the
- * page layer, where the active caches' next slabs find them (warm frames
- * first, page.h).  The walking thread's own two magazines of such a cache go
- * too if it has not used them for much longer (own_idle): a program that cycles
- * through size classes otherwise kept every earlier class's last magazines
- * and the slabs they pin (classcycle 10.1 MiB, glibc 5.1).  True if the
+ * page layer, where the active caches' next slabs find them.  The walking
+ * thread's own two magazines of such a cache go too if it has not used them
+ * for much longer (own_idle): a program that cycles through size classes
+ * otherwise kept every earlier class's last magazines and the slabs they pin
+ * (classcycle 10.1 MiB, glibc 5.1).  True if the
  * depots are then under budget (the caller keeps its magazine).  last_use is
  * read racily and may be newer than our clock: compared without wrapping. */
 static uint64_t evict_next;        /* depot_clock() at which a walk may run again */
