@@ -17,6 +17,7 @@
  * interval its 100 ms minimum), the interior-pointer report, and the
  * power-of-two buffers' own pointer test. */
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <errno.h>
@@ -338,6 +339,71 @@ static void test_lazy_carve(void)
         committed += vec[i] & 1;
     CHECK(committed == 0, "one object committed %d of the %zu pages after its slab's first", committed, pages - 1);
     kmem_cache_free(cp, obj);
+    kmem_cache_destroy(cp);
+}
+
+/* A thread's first refills of a cache are short (one buffer, then as many
+ * as it has taken so far, up to a magazine): threads that use a class a
+ * little share its first page.  Three threads each take one 256-byte
+ * object from a fresh cache (magazines of 30 rounds): with full-magazine
+ * refills each thread's batch began 30 buffers (two pages) after the last
+ * one, and git's pack-objects (3 threads) held a page per class per thread. */
+struct refill_arg { kmem_cache_t *cp; char *obj; sem_t *turn; pthread_barrier_t *all; };
+
+/* Takes an object in its turn, then waits for the others: a thread that
+ * exited first would hand its magazine to the depot for the next. */
+static void *first_refill_worker(void *arg)
+{
+    struct refill_arg *a = arg;
+    a->obj = kmem_cache_alloc(a->cp, KM_SLEEP);
+    sem_post(a->turn);
+    pthread_barrier_wait(a->all);
+    return NULL;
+}
+
+static void test_first_refill_short(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_refill", 256, 0, NULL, NULL);
+    REQUIRE(cp);
+    sem_t turn;
+    sem_init(&turn, 0, 1);
+    pthread_barrier_t all;
+    pthread_barrier_init(&all, NULL, 3);
+    struct refill_arg args[3];
+    pthread_t t[3];
+    char *obj[3];
+    for (int i = 0; i < 3; i++) {
+        sem_wait(&turn);                           /* the previous thread has its object */
+        args[i] = (struct refill_arg){ cp, NULL, &turn, &all };
+        REQUIRE(pthread_create(&t[i], NULL, first_refill_worker, &args[i]) == 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        REQUIRE(pthread_join(t[i], NULL) == 0);
+        obj[i] = args[i].obj;
+    }
+    pthread_barrier_destroy(&all);
+    sem_destroy(&turn);
+    for (int i = 1; i < 3; i++)
+        CHECK(obj[i] - obj[i - 1] == 256, "thread %d's first object is %td bytes after thread %d's", i,
+              obj[i] - obj[i - 1], i - 1);
+    /* The batches then double (1, 1, 2, 4, 8, 16, then a magazine), each
+     * handed out in address order: consecutive objects on one page are
+     * neighbours. */
+    char *run[40];
+    for (int i = 0; i < 40; i++)
+        run[i] = kmem_cache_alloc(cp, KM_SLEEP);
+    int same_page = 0, apart = 0;
+    for (int i = 1; i < 40; i++)
+        if ((((uintptr_t)run[i] ^ (uintptr_t)run[i - 1]) >> 12) == 0) {
+            same_page++;
+            apart += run[i] - run[i - 1] != 256;
+        }
+    CHECK(same_page >= 30 && apart == 0, "%d consecutive pairs on one page, %d of them not neighbours", same_page,
+          apart);
+    for (int i = 0; i < 40; i++)
+        kmem_cache_free(cp, run[i]);
+    for (int i = 0; i < 3; i++)
+        kmem_cache_free(cp, obj[i]);
     kmem_cache_destroy(cp);
 }
 
@@ -973,6 +1039,7 @@ int main(void)
     test_generic_layout();
     test_generic_pointers();
     test_lazy_carve();
+    test_first_refill_short();
     test_magazine_lifo();
     test_busy_depot_grows();
     test_statistics_exact();
