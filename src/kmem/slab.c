@@ -12,10 +12,11 @@
  *    and the address of the slab's first buffer, all the free path reads.
  * 2. Small objects (bufsize < PAGE_SIZE/8, and larger ones whose slab has
  *    room to spare for the header, as Linux SLAB keeps its management on
- *    the slab when it fits in the leftover): struct slab at the start of
- *    the slab, the buffers after it; they are carved in address order as
- *    they are first handed out (a new slab's pages are touched as they are
- *    used, lowest address first: 4.),
+ *    the slab when it fits in the leftover): struct slab at the end of a
+ *    one-page slab, at the start of a multi-page one (the buffers after
+ *    it); buffers are carved in address order as they are first handed out
+ *    (a new slab's pages are touched as they are used, lowest address
+ *    first: 4.),
  *    and each freed buffer is its own bufctl, the (obfuscated) link word
  *    being the LAST word of the buffer.  With a constructor or
  *    CACHE_FREEPTR_OUTSIDE an extra word is appended so the link never
@@ -464,7 +465,7 @@ static struct slab *slab_create(struct kmem_cache *cp, struct slab_cache *sc, in
         return NULL;
     struct slab *sp;
     if (sc->small && !sc->hdr_outside) {
-        sp = (struct slab *)mem;
+        sp = (struct slab *)(sc->first_off ? mem : mem + slab_bytes(sc) - sizeof(struct slab));
     } else {
         if (!sc->small && unlikely(!__atomic_load_n(&sc->hash, __ATOMIC_ACQUIRE)) && !hash_install(sc)) {
             page_free(mem, sc->order);
@@ -1393,14 +1394,15 @@ static int slab_cache_init(struct kmem_cache *cp)
         sc->hdr_outside = true;
     }
 
-    /* An on-slab struct slab sits at the slab's start, the first buffer
-     * after it at the buffers' alignment: a process that uses a buffer or
-     * two of a multi-page slab then touches its first page only, where the
-     * header at the end (Bonwick's place) faulted in the last page too, one
-     * page per class (git's pack-objects: 12 classes, 48 KiB).  The room
-     * exists: bytes - nobjs * bufsize is a multiple of align (bufsize is,
-     * and align <= PAGE_SIZE) and holds the header. */
-    if (sc->small && !sc->hdr_outside) {
+    /* An on-slab struct slab sits at the end of a one-page slab (Bonwick's
+     * place), and at the start of a multi-page one, the first buffer after
+     * it at the buffers' alignment: a process that uses a buffer or two of
+     * a multi-page slab then touches its first page only, where the header
+     * at the end faulted in the last page too, one page per class (git's
+     * pack-objects: 12 classes, 48 KiB).  The room exists: bytes - nobjs *
+     * bufsize is a multiple of align (bufsize is, and align <= PAGE_SIZE)
+     * and holds the header. */
+    if (sc->small && !sc->hdr_outside && best > 0) {
         sc->first_off = (uint32_t)ALIGN_UP(sizeof(struct slab), align);
         leftover -= sc->first_off - sizeof(struct slab);
     }

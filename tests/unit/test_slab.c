@@ -342,6 +342,21 @@ static void test_lazy_carve(void)
     kmem_cache_destroy(cp);
 }
 
+/* In a one-page slab the header keeps Bonwick's place, the end of the page:
+ * the first slab's buffers start at the page's first byte (colour 0). */
+static void test_one_page_header_at_end(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_onepage", 64, 0, NULL, NULL);
+    REQUIRE(cp);
+    char *obj = kmem_cache_alloc(cp, KM_SLEEP);
+    REQUIRE(stats_of("slab_onepage").pages_per_slab == 1, "slab_onepage: %zu pages per slab",
+            (size_t)stats_of("slab_onepage").pages_per_slab);
+    CHECK(((uintptr_t)obj & 4095) == 0, "the first buffer of a one-page slab is %zu bytes into its page",
+          (size_t)((uintptr_t)obj & 4095));
+    kmem_cache_free(cp, obj);
+    kmem_cache_destroy(cp);
+}
+
 /* A thread's first refills of a cache are short (one buffer, then as many
  * as it has taken so far, up to a magazine): threads that use a class a
  * little share its first page.  Three threads each take one 256-byte
@@ -1039,6 +1054,7 @@ int main(void)
     test_generic_layout();
     test_generic_pointers();
     test_lazy_carve();
+    test_one_page_header_at_end();
     test_first_refill_short();
     test_magazine_lifo();
     test_busy_depot_grows();
