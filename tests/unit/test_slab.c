@@ -18,6 +18,7 @@
  * interval its 100 ms minimum), the interior-pointer report, and the
  * power-of-two buffers' own pointer test. */
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <errno.h>
@@ -310,12 +311,15 @@ static void test_generic_pointers(void)
     }
 }
 
-/* A new slab's pages are touched as its buffers are handed out: one
- * 1056-byte object from a fresh slab (16 pages: 62 buffers and the header)
- * leaves every page but the first (the object) and the last (the header)
- * uncommitted (linking every buffer at creation committed them all).  The
- * frames come from an urgent reap, which purges the page layer's free ones
- * first, so none is resident from an earlier test. */
+/* A new slab's pages are touched as its buffers are handed out, lowest
+ * address first, and its header is on its first page: one 1056-byte object
+ * from a fresh slab (16 pages: the header and 62 buffers) is its first
+ * buffer and commits the first page alone (linking every buffer at creation
+ * committed them all; the header at the slab's end committed the last page
+ * too, and a refill handing out the highest address of its batch first a
+ * page in the middle).  The frames come from an urgent reap, which purges
+ * the page layer's free ones first, so none is resident from an earlier
+ * test. */
 static void test_lazy_carve(void)
 {
     kmem_cache_t *cp = kmem_cache_create("slab_carve", 1056, 0, NULL, NULL);
@@ -326,14 +330,96 @@ static void test_lazy_carve(void)
     size_t pages = st.pages_per_slab;
     REQUIRE(pages >= 4 && pages <= 64, "slab_carve: %zu pages per slab", pages);
     uintptr_t first = (uintptr_t)obj & ~(uintptr_t)(pages * 4096 - 1);   /* slabs are aligned blocks */
+    CHECK((uintptr_t)obj - first < 4096 - 1056, "the first object is %zu bytes into its slab",
+          (size_t)((uintptr_t)obj - first));
+    memset(obj, 0x5a, 1056);
     unsigned char vec[64];
     REQUIRE(mincore((void *)first, pages * 4096, vec) == 0, "mincore: %s", strerror(errno));
     int committed = 0;
-    for (size_t i = 1; i + 1 < pages; i++)
+    for (size_t i = 1; i < pages; i++)
         committed += vec[i] & 1;
-    CHECK(committed == 0, "one object committed %d of the %zu middle pages of its slab", committed, pages - 2);
-    memset(obj, 0x5a, 1056);
+    CHECK(committed == 0, "one object committed %d of the %zu pages after its slab's first", committed, pages - 1);
     kmem_cache_free(cp, obj);
+    kmem_cache_destroy(cp);
+}
+
+/* In a one-page slab the header keeps Bonwick's place, the end of the page:
+ * the first slab's buffers start at the page's first byte (colour 0). */
+static void test_one_page_header_at_end(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_onepage", 64, 0, NULL, NULL);
+    REQUIRE(cp);
+    char *obj = kmem_cache_alloc(cp, KM_SLEEP);
+    REQUIRE(stats_of("slab_onepage").pages_per_slab == 1, "slab_onepage: %zu pages per slab",
+            (size_t)stats_of("slab_onepage").pages_per_slab);
+    CHECK(((uintptr_t)obj & 4095) == 0, "the first buffer of a one-page slab is %zu bytes into its page",
+          (size_t)((uintptr_t)obj & 4095));
+    kmem_cache_free(cp, obj);
+    kmem_cache_destroy(cp);
+}
+
+/* A thread's first refills of a cache are short (one buffer, then as many
+ * as it has taken so far, up to a magazine): threads that use a class a
+ * little share its first page.  Three threads each take one 256-byte
+ * object from a fresh cache (magazines of 30 rounds): with full-magazine
+ * refills each thread's batch began 30 buffers (two pages) after the last
+ * one, and git's pack-objects (3 threads) held a page per class per thread. */
+struct refill_arg { kmem_cache_t *cp; char *obj; sem_t *turn; pthread_barrier_t *all; };
+
+/* Takes an object in its turn, then waits for the others: a thread that
+ * exited first would hand its magazine to the depot for the next. */
+static void *first_refill_worker(void *arg)
+{
+    struct refill_arg *a = arg;
+    a->obj = kmem_cache_alloc(a->cp, KM_SLEEP);
+    sem_post(a->turn);
+    pthread_barrier_wait(a->all);
+    return NULL;
+}
+
+static void test_first_refill_short(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slab_refill", 256, 0, NULL, NULL);
+    REQUIRE(cp);
+    sem_t turn;
+    sem_init(&turn, 0, 1);
+    pthread_barrier_t all;
+    pthread_barrier_init(&all, NULL, 3);
+    struct refill_arg args[3];
+    pthread_t t[3];
+    char *obj[3];
+    for (int i = 0; i < 3; i++) {
+        sem_wait(&turn);                           /* the previous thread has its object */
+        args[i] = (struct refill_arg){ cp, NULL, &turn, &all };
+        REQUIRE(pthread_create(&t[i], NULL, first_refill_worker, &args[i]) == 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        REQUIRE(pthread_join(t[i], NULL) == 0);
+        obj[i] = args[i].obj;
+    }
+    pthread_barrier_destroy(&all);
+    sem_destroy(&turn);
+    for (int i = 1; i < 3; i++)
+        CHECK(obj[i] - obj[i - 1] == 256, "thread %d's first object is %td bytes after thread %d's", i,
+              obj[i] - obj[i - 1], i - 1);
+    /* The batches then double (1, 1, 2, 4, 8, 16, then a magazine), each
+     * handed out in address order: consecutive objects on one page are
+     * neighbours. */
+    char *run[40];
+    for (int i = 0; i < 40; i++)
+        run[i] = kmem_cache_alloc(cp, KM_SLEEP);
+    int same_page = 0, apart = 0;
+    for (int i = 1; i < 40; i++)
+        if ((((uintptr_t)run[i] ^ (uintptr_t)run[i - 1]) >> 12) == 0) {
+            same_page++;
+            apart += run[i] - run[i - 1] != 256;
+        }
+    CHECK(same_page >= 30 && apart == 0, "%d consecutive pairs on one page, %d of them not neighbours", same_page,
+          apart);
+    for (int i = 0; i < 40; i++)
+        kmem_cache_free(cp, run[i]);
+    for (int i = 0; i < 3; i++)
+        kmem_cache_free(cp, obj[i]);
     kmem_cache_destroy(cp);
 }
 
@@ -1017,6 +1103,8 @@ int main(void)
     test_generic_layout();
     test_generic_pointers();
     test_lazy_carve();
+    test_one_page_header_at_end();
+    test_first_refill_short();
     test_magazine_lifo();
     test_busy_depot_grows();
     test_statistics_exact();
