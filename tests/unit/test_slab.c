@@ -751,7 +751,9 @@ static void test_growth_reclaims_idle(void)
  * (the depot's clock alone took such a cache for idle, and its slab was
  * handed back and rebuilt at every walk: largemix 3x slower).  The busy
  * cache holds 1-3 objects, a different number at each use, so its
- * magazine's top moves between walks. */
+ * magazine's top moves between walks; a burst first makes its refills whole
+ * magazines (a thread's first ones are short), so its magazines are never
+ * empty unless taken. */
 static void test_own_magazines_idle(void)
 {
     cache_reap_all_urgent();
@@ -765,6 +767,10 @@ static void test_own_magazines_idle(void)
         few[i] = kmem_cache_alloc(idle, KM_SLEEP);
     for (int i = 0; i < 4; i++)
         kmem_cache_free(idle, few[i]);
+    for (int i = 0; i < 64; i++)
+        objs[i] = kmem_cache_alloc(busy, KM_SLEEP);
+    for (int i = 0; i < 64; i++)
+        kmem_cache_free(busy, objs[i]);
     int nheld = 0, evicted = 0;
     for (int i = 0; i < NB; i++) {
         if (i % USE_EVERY == 0) {
