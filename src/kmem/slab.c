@@ -1571,9 +1571,9 @@ static size_t reap_cache(struct kmem_cache *cp, bool urgent, uint64_t now)
  * thread's own two magazines of such a cache go too if it has not used them
  * for much longer (own_idle): a program that cycles through size classes
  * otherwise kept every earlier class's last magazines and the slabs they pin
- * (classcycle 10.1 MiB, glibc 5.1).  True if the
- * depots are then under budget (the caller keeps its magazine).  last_use is
- * read racily and may be newer than our clock: compared without wrapping. */
+ * (classcycle 10.1 MiB, glibc 5.1).  True if the depots are then under
+ * budget (the caller keeps its magazine).  last_use is read racily and may
+ * be newer than our clock: compared without wrapping. */
 static uint64_t evict_next;        /* depot_clock() at which a walk may run again */
 
 /* Whether the walking thread's own magazines of cp went unused while the
