@@ -2,6 +2,7 @@
 replayed) has the same operations and the same peak requested bytes,
 computed from the traces themselves; bad traces are refused cleanly."""
 import os
+import re
 import subprocess
 
 import pytest
@@ -56,6 +57,21 @@ def test_threads_replay(build, slabkit_cli, tmp_path):
     r = subprocess.run([slabkit_cli, "replay", str(tmp_path / "t.sktrace"), "--allocator", "glibc"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "replay under glibc" in r.stdout
+
+
+def test_short_replay_reports_peak_rss_not_a_sampled_guess(build, slabkit_cli, tmp_path):
+    # A replay of a few milliseconds is over before the footprint sampler
+    # sees it: it reports the kernel's peak RSS, and says the sampled
+    # footprint was not measured rather than printing a number (0.0-9.0 MiB
+    # from run to run for the same 12 ms replay).
+    wl = os.path.join(build, "bench", "workloads")
+    record(slabkit_cli, tmp_path / "s.sktrace", [os.path.join(wl, "sizes"), "-n", "300", "-r", "1", "-M", "2000"])
+    r = subprocess.run([slabkit_cli, "replay", str(tmp_path / "s.sktrace"), "--allocator", "glibc"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rss = re.search(r"peak RSS (\d+\.\d) MiB", r.stdout)
+    assert rss and float(rss.group(1)) > 0.5, r.stdout
+    assert "peak footprint not measured (the run took" in r.stdout, r.stdout
 
 
 def test_bad_traces(build, slabkit_cli, tmp_path):
