@@ -14,13 +14,13 @@ anyway, so the segment after the text holds only the unwind tables and is
 never mapped in; and the small variables every process writes share a few
 pages, ahead of which the large arrays few processes touch are kept."""
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 
 import pytest
 
+from slabkit import elf
 from slabkit.env import clean_env
 
 CHILD = r"""
@@ -66,17 +66,10 @@ def small_folio_copy(lib, where):
 
 
 def nobits_ranges(path):
-    """(start, end) of each zero-initialised (SHT_NOBITS) allocated section of an ELF64 file."""
+    """(start, end) of each zero-initialised (SHT_NOBITS) allocated section of an ELF file."""
     with open(path, "rb") as f:
-        elf = f.read()
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
-    ranges = []
-    for i in range(shnum):
-        _, kind, flags, addr, _, size = struct.unpack_from("<IIQQQQ", elf, shoff + i * shentsize)
-        if kind == 8 and flags & 2 and size:        # SHT_NOBITS, SHF_ALLOC
-            ranges.append((addr, addr + size))
-    return ranges
+        secs = elf.sections(f.read())
+    return [(s.addr, s.addr + s.size) for s in secs if s.type == elf.SHT_NOBITS and s.flags & elf.SHF_ALLOC and s.size]
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import os
 import re
 import struct
 
+from ..elf import SHT_DYNSYM, functions, sections
 from ..registry import PEERS, designs, find_peer
 from .paths import ImasError, build_dir, write_private
 
@@ -50,32 +51,10 @@ def elf_exports(path, symbol):
             data = f.read()
     except OSError:
         return False
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        return False                      # 64-bit little-endian only
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = []
-    for i in range(shnum):
-        off = shoff + i * shentsize
-        if off + 64 > len(data):
-            return False
-        _name, stype, _flags, _addr, soff, size, link, _info, _align, entsize = \
-            struct.unpack_from("<IIQQQQIIQQ", data, off)
-        sections.append((stype, soff, size, link, entsize))
-    want = symbol.encode()
-    for stype, soff, size, link, entsize in sections:
-        if stype != 11 or not entsize:      # SHT_DYNSYM
-            continue
-        _t, stroff, strsize, _l, _e = sections[link]
-        strtab = data[stroff:stroff + strsize]
-        for j in range(size // entsize):
-            name, info, _other, shndx, _value, _size = struct.unpack_from("<IBBHQQ", data, soff + j * entsize)
-            if shndx == 0 or (info & 0xF) != 2:   # undefined, or not STT_FUNC
-                continue
-            end = strtab.find(b"\0", name)
-            if strtab[name:end] == want:
-                return True
-    return False
+    try:
+        return any(name == symbol and shndx for name, _, _, shndx in functions(data, sections(data), SHT_DYNSYM))
+    except (ValueError, struct.error):
+        return False                      # not a 64-bit little-endian ELF file, or cut short
 
 
 def discover():

@@ -13,9 +13,9 @@ import shutil
 import struct
 import subprocess
 
+from ..elf import SHT_DYNSYM, SHT_SYMTAB, functions, is_elf64le, sections
+
 PT_LOAD = 1
-SHT_SYMTAB, SHT_DYNSYM = 2, 11
-STT_FUNC = 2
 
 
 class Frame:
@@ -35,27 +35,17 @@ class Elf:
         self.loads, self.funcs, self.names = [], [], []
         with open(path, "rb") as f:
             data = f.read()
-        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        if not is_elf64le(data):
             raise ValueError("not a 64-bit little-endian ELF file")
-        e_phoff, e_shoff = struct.unpack_from("<QQ", data, 32)
-        e_phentsize, e_phnum, e_shentsize, e_shnum = struct.unpack_from("<HHHH", data, 54)
+        e_phoff, = struct.unpack_from("<Q", data, 32)
+        e_phentsize, e_phnum = struct.unpack_from("<HH", data, 54)
         for i in range(e_phnum):
             p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from("<IIQQQQ", data, e_phoff + i * e_phentsize)
             if p_type == PT_LOAD:
                 self.loads.append((p_offset, p_filesz, p_vaddr))
-        sections = [struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize) for i in range(e_shnum)]
+        secs = sections(data)
         for want in (SHT_SYMTAB, SHT_DYNSYM):
-            syms = []
-            for sh in sections:
-                if sh[1] != want:
-                    continue
-                off, size, link, entsize = sh[4], sh[5], sh[6], sh[9] or 24
-                stroff = sections[link][4]
-                for k in range(size // entsize):
-                    st_name, st_info, _, st_shndx, st_value, st_size = struct.unpack_from("<IBBHQQ", data, off + k * entsize)
-                    if st_info & 0xf == STT_FUNC and st_value and st_shndx:
-                        end = data.index(b"\0", stroff + st_name)
-                        syms.append((st_value, st_size, data[stroff + st_name:end].decode(errors="replace")))
+            syms = [(value, size, name) for name, value, size, shndx in functions(data, secs, want) if value and shndx]
             if syms:
                 syms.sort()
                 self.funcs = syms
