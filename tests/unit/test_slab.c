@@ -350,8 +350,8 @@ static void test_one_page_header_at_end(void)
     kmem_cache_t *cp = kmem_cache_create("slab_onepage", 64, 0, NULL, NULL);
     REQUIRE(cp);
     char *obj = kmem_cache_alloc(cp, KM_SLEEP);
-    REQUIRE(stats_of("slab_onepage").pages_per_slab == 1, "slab_onepage: %zu pages per slab",
-            (size_t)stats_of("slab_onepage").pages_per_slab);
+    size_t pages = stats_of("slab_onepage").pages_per_slab;
+    REQUIRE(pages == 1, "slab_onepage: %zu pages per slab", pages);
     CHECK(((uintptr_t)obj & 4095) == 0, "the first buffer of a one-page slab is %zu bytes into its page",
           (size_t)((uintptr_t)obj & 4095));
     kmem_cache_free(cp, obj);
