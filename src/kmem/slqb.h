@@ -12,6 +12,7 @@ struct kmem_cache;
 
 struct slqb_probe {
     uint32_t freebatch, hiwater;   /* the cache's constants */
+    uint32_t rbatch;               /* remote frees handed over at a time */
     uint64_t lifo;                 /* objects on LIFO free lists */
     uint64_t rlist;                /* objects gathered for another thread, not yet handed over */
     uint64_t remote_queued;        /* objects handed to remote_free queues, not yet claimed */

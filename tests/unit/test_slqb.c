@@ -3,14 +3,16 @@
  * test_slqb.c — what is particular to the SLQB design: freebatch/hiwater by
  * the Linux formulas; the LIFO is flushed by freebatch exactly when it
  * exceeds hiwater; remote frees are gathered and handed to the owner's
- * remote_free queue in batches of freebatch, claimed on its next allocation
- * miss; objects outlive their allocating thread (its slabs go to the orphan
- * list) with exact counts; kmem_reap empties the caller's queues and empty
+ * remote_free queue in batches of rbatch (4 pages' worth), claimed on its
+ * next allocation miss, so threads that free each other's objects keep
+ * about a batch more than they hold; objects outlive their allocating thread
+ * (its slabs go to the orphan list) with exact counts; kmem_reap empties the caller's queues and empty
  * slabs go back; free pointers obfuscated, ctor'd objects never written while
  * free; double frees (LIFO, remote list) and interior pointers abort; a cache
  * with a constructor keeps a burst's constructed objects until they go
  * unused for a working-set interval, or kmem_reap. */
 #include <pthread.h>
+#include <sched.h>
 #include "../kmem_test.h"
 #include "../bonwick.h"
 #include "kmem/cache.h"
@@ -43,6 +45,10 @@ static void test_formulas(void)
         uint32_t fb = expect_freebatch(st.buffer_size);
         CHECK(st.batchcount == fb, "%s: batchcount %u, expected freebatch %u", name, st.batchcount, fb);
         CHECK(st.limit == 4 * fb, "%s: limit %u, expected hiwater %u", name, st.limit, 4 * fb);
+        struct slqb_probe p;
+        slqb_probe(cp, false, &p);
+        uint32_t rb = (uint32_t)(4 * 4096 / st.buffer_size);
+        CHECK(p.rbatch == (rb ? rb : 1) && p.rbatch <= fb, "%s: rbatch %u, expected %u", name, p.rbatch, rb ? rb : 1);
         CHECK(st.objs_per_slab >= 1 && st.objs_per_slab * st.buffer_size <= st.pages_per_slab * 4096,
               "%s: %lu objects of %zu in %lu pages", name, (unsigned long)st.objs_per_slab,
               st.buffer_size, (unsigned long)st.pages_per_slab);
@@ -141,48 +147,48 @@ static void test_remote_batches(void)
     REQUIRE(x.cp, "kmem_cache_create failed");
     struct slqb_probe p;
     slqb_probe(x.cp, false, &p);
-    const uint32_t fb = p.freebatch;
-    x.n = 3 * (size_t)fb;
+    const uint32_t rb = p.rbatch;
+    x.n = 3 * (size_t)rb;
     x.objs = calloc(x.n, sizeof *x.objs);
     pthread_barrier_init(&x.bar, NULL, 2);
     pthread_t t;
     pthread_create(&t, NULL, remote_owner, &x);
     pthread_barrier_wait(&x.bar);        /* 1 */
-    for (size_t i = 0; i < fb - 1; i++)
+    for (size_t i = 0; i < rb - 1; i++)
         kmem_cache_free(x.cp, x.objs[i]);
     slqb_probe(x.cp, false, &p);
-    CHECK(p.rlist == fb - 1 && p.remote_queued == 0 && p.remote_batches == 0,
+    CHECK(p.rlist == rb - 1 && p.remote_queued == 0 && p.remote_batches == 0,
           "before the batch fills: rlist %lu queued %lu batches %lu", (unsigned long)p.rlist,
           (unsigned long)p.remote_queued, (unsigned long)p.remote_batches);
-    kmem_cache_free(x.cp, x.objs[fb - 1]);
+    kmem_cache_free(x.cp, x.objs[rb - 1]);
     slqb_probe(x.cp, false, &p);
-    CHECK(p.rlist == 0 && p.remote_queued == fb && p.remote_batches == 1,
-          "at freebatch: rlist %lu queued %lu batches %lu", (unsigned long)p.rlist,
+    CHECK(p.rlist == 0 && p.remote_queued == rb && p.remote_batches == 1,
+          "at rbatch: rlist %lu queued %lu batches %lu", (unsigned long)p.rlist,
           (unsigned long)p.remote_queued, (unsigned long)p.remote_batches);
-    for (size_t i = fb; i < 2 * (size_t)fb - 1; i++)
+    for (size_t i = rb; i < 2 * (size_t)rb - 1; i++)
         kmem_cache_free(x.cp, x.objs[i]);
     slqb_probe(x.cp, false, &p);
-    CHECK(p.rlist == fb - 1 && p.remote_queued == fb && p.remote_batches == 1,
+    CHECK(p.rlist == rb - 1 && p.remote_queued == rb && p.remote_batches == 1,
           "second batch filling: rlist %lu queued %lu batches %lu", (unsigned long)p.rlist,
           (unsigned long)p.remote_queued, (unsigned long)p.remote_batches);
     struct slabkit_cache_stats st = stats_of("slqb-remote");
-    CHECK(st.cached_objs == 2 * (uint64_t)fb - 1 && st.active_objs == x.n - (2 * (size_t)fb - 1),
+    CHECK(st.cached_objs == 2 * (uint64_t)rb - 1 && st.active_objs == x.n - (2 * (size_t)rb - 1),
           "cached %lu active %lu", (unsigned long)st.cached_objs, (unsigned long)st.active_objs);
     pthread_barrier_wait(&x.bar);        /* 2: the owner allocates */
     pthread_barrier_wait(&x.bar);        /* 3 */
-    CHECK(x.after_claim.remote_queued == 0 && x.after_claim.lifo == fb - 1 && x.after_claim.claims == 1,
+    CHECK(x.after_claim.remote_queued == 0 && x.after_claim.lifo == rb - 1 && x.after_claim.claims == 1,
           "owner after its miss: queued %lu lifo %lu claims %lu", (unsigned long)x.after_claim.remote_queued,
           (unsigned long)x.after_claim.lifo, (unsigned long)x.after_claim.claims);
     bool from_batch = false;
-    for (size_t i = 0; i < fb; i++)
+    for (size_t i = 0; i < rb; i++)
         from_batch |= x.claimed == x.objs[i];
     CHECK(from_batch, "the claimed allocation is not one of the handed-over objects");
     pthread_join(t, NULL);
-    /* The owner is gone; main's rlist (fb-1 objects) still names its list. */
+    /* The owner is gone; main's rlist (rb-1 objects) still names its list. */
     slqb_probe(x.cp, false, &p);
-    CHECK(p.dead_lists == 1 && p.rlist == fb - 1, "dead %lu rlist %lu", (unsigned long)p.dead_lists,
+    CHECK(p.dead_lists == 1 && p.rlist == rb - 1, "dead %lu rlist %lu", (unsigned long)p.dead_lists,
           (unsigned long)p.rlist);
-    for (size_t i = 2 * (size_t)fb - 1; i < x.n; i++)
+    for (size_t i = 2 * (size_t)rb - 1; i < x.n; i++)
         kmem_cache_free(x.cp, x.objs[i]);
     kmem_reap();                         /* flushes main's queues: re-routed to the orphan slabs */
     st = stats_of("slqb-remote");
@@ -194,6 +200,130 @@ static void test_remote_batches(void)
     pthread_barrier_destroy(&x.bar);
     free(x.objs);
     kmem_cache_destroy(x.cp);
+}
+
+/* --- a ring of threads freeing each other's objects ----------------------------
+ * Each thread allocates and hands the object to the next thread's inbox
+ * (at most RING_WINDOW waiting), which frees it: a server's pattern.  A
+ * thread makes a slab only when its LIFO, its remote_free queue and its
+ * partial slabs are empty; its objects are then at most 2 windows (queued,
+ * or drained and being freed) and a part batch on the next thread's rlist.
+ * So each thread's slabs hold at most 2 * RING_WINDOW + rbatch + a slab of
+ * objects; handed over by freebatch (up to 64 pages' worth, 20 MiB of peak
+ * RSS on bench/workloads/threads -m server) the batch on the rlist, the one
+ * on the LIFO and the one queued make the circulation 3 batches. */
+
+#define RING_WINDOW 16
+#define RING_ROUNDS 20000
+
+struct ring_inbox {
+    pthread_mutex_t lock;
+    void *objs[RING_WINDOW];
+    unsigned n;
+};
+
+struct ring {
+    kmem_cache_t *cp;
+    const char *name;
+    unsigned nthreads;
+    struct ring_inbox inbox[4];
+    unsigned finished;
+    uint64_t peak_objs;            /* the cache's num_objs, sampled by thread 0 */
+};
+
+struct ring_arg { struct ring *r; unsigned id; };
+
+static void ring_drain(struct ring *r, unsigned id)
+{
+    struct ring_inbox *in = &r->inbox[id];
+    void *objs[RING_WINDOW];
+    pthread_mutex_lock(&in->lock);
+    unsigned n = in->n;
+    memcpy(objs, in->objs, n * sizeof *objs);
+    in->n = 0;
+    pthread_mutex_unlock(&in->lock);
+    for (unsigned i = 0; i < n; i++)
+        kmem_cache_free(r->cp, objs[i]);
+}
+
+static void *ring_worker(void *arg)
+{
+    struct ring *r = ((struct ring_arg *)arg)->r;
+    unsigned id = ((struct ring_arg *)arg)->id;
+    struct ring_inbox *out = &r->inbox[(id + 1) % r->nthreads];
+    for (long i = 0; i < RING_ROUNDS; i++) {
+        void *obj = kmem_cache_alloc(r->cp, KM_SLEEP);
+        REQUIRE(obj, "allocation failed");
+        memset(obj, (int)id, 64);
+        for (;;) {
+            pthread_mutex_lock(&out->lock);
+            bool room = out->n < RING_WINDOW;
+            if (room)
+                out->objs[out->n++] = obj;
+            pthread_mutex_unlock(&out->lock);
+            if (room)
+                break;
+            ring_drain(r, id);             /* the next thread is behind: no cycle of waits */
+            sched_yield();
+        }
+        if ((i & 7) == 7)
+            ring_drain(r, id);
+        if (id == 0 && (i & 63) == 0) {
+            uint64_t objs = stats_of(r->name).num_objs;
+            if (objs > r->peak_objs)
+                r->peak_objs = objs;
+        }
+    }
+    __atomic_fetch_add(&r->finished, 1, __ATOMIC_RELAXED);
+    while (__atomic_load_n(&r->finished, __ATOMIC_RELAXED) < r->nthreads) {
+        ring_drain(r, id);
+        sched_yield();
+    }
+    ring_drain(r, id);
+    return NULL;
+}
+
+static void ring_run(size_t size, unsigned nthreads)
+{
+    char name[32];
+    snprintf(name, sizeof name, "slqb-ring%zu-%u", size, nthreads);
+    struct ring r = { .cp = kmem_cache_create(name, size, 0, NULL, NULL), .name = name, .nthreads = nthreads };
+    REQUIRE(r.cp, "kmem_cache_create failed");
+    struct slqb_probe p;
+    slqb_probe(r.cp, false, &p);
+    struct slabkit_cache_stats st = stats_of(name);
+    for (unsigned i = 0; i < nthreads; i++)
+        pthread_mutex_init(&r.inbox[i].lock, NULL);
+    pthread_t t[4];
+    struct ring_arg args[4];
+    for (unsigned i = 0; i < nthreads; i++) {
+        args[i] = (struct ring_arg){ &r, i };
+        REQUIRE(pthread_create(&t[i], NULL, ring_worker, &args[i]) == 0, "pthread_create failed");
+    }
+    for (unsigned i = 0; i < nthreads; i++)
+        pthread_join(t[i], NULL);
+    uint64_t bound = nthreads * (2 * RING_WINDOW + p.rbatch + st.objs_per_slab);
+    CHECK(r.peak_objs <= bound,
+          "%zu-byte objects, %u threads: %lu objects in slabs at the peak, bound %lu "
+          "(rbatch %u, freebatch %u, %lu a slab)", size, nthreads, (unsigned long)r.peak_objs,
+          (unsigned long)bound, p.rbatch, p.freebatch, (unsigned long)st.objs_per_slab);
+    CHECK(r.peak_objs >= nthreads * RING_WINDOW / 2, "%s: peak %lu objects: the sampling saw nothing", name,
+          (unsigned long)r.peak_objs);
+    kmem_reap();
+    st = stats_of(name);
+    CHECK(st.active_objs == 0 && st.allocs == st.frees && st.allocs == (uint64_t)nthreads * RING_ROUNDS,
+          "%s: active %lu allocs %lu frees %lu", name, (unsigned long)st.active_objs,
+          (unsigned long)st.allocs, (unsigned long)st.frees);
+    kmem_cache_destroy(r.cp);
+}
+
+static void test_remote_ring(void)
+{
+    static const size_t sizes[] = { 256, 2048 };
+    for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+        ring_run(sizes[i], 2);
+        ring_run(sizes[i], 3);
+    }
 }
 
 /* --- objects survive thread exit --------------------------------------------- */
@@ -559,6 +689,7 @@ int main(void)
     test_formulas();
     test_flush_at_hiwater();
     test_remote_batches();
+    test_remote_ring();
     test_thread_exit();
     test_exited_thread_path();
     test_reap();
