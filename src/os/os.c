@@ -143,6 +143,20 @@ void *os_map_at(void *addr, size_t size, enum os_prot prot)
  * gaps are looked up. */
 #define PLACE_PROBES 4
 
+/* The first of the PLACE_PROBES aligned slots below down where size maps;
+ * NULL if none.  Never the slot at 0: map() takes a NULL address for
+ * "anywhere", and under valgrind, whose mappings start at 64 MiB, a huge
+ * block placed there was unaligned and then not found by free. */
+static char *probe_below(uintptr_t down, size_t size, size_t align, enum os_prot prot)
+{
+    for (uintptr_t i = 1; i <= PLACE_PROBES && down > i * align; i++) {
+        char *p = map((void *)(down - i * align), size, prot);
+        if (p)
+            return p;
+    }
+    return NULL;
+}
+
 /* The top of the address space mmap hands out without hints (x86-64 and
  * 48-bit arm64): gaps above it (up to [vsyscall]) are not ours to use. */
 #define USER_TOP ((uintptr_t)1 << 47)
@@ -225,9 +239,7 @@ void *os_place(size_t size, size_t align, enum os_prot prot)
     /* Refused: an address-space limit with less than size + align left.
      * The slots just below are often free; else the highest gap that
      * holds an aligned fit. */
-    for (int i = 1; i <= PLACE_PROBES && down >= (uintptr_t)i * align; i++)
-        if ((p = map((void *)(down - (uintptr_t)i * align), size, prot)))
-            break;
+    p = probe_below(down, size, align, prot);
     uintptr_t gap;
     if (!p && (gap = gap_find(size, align)))
         p = map((void *)gap, size, prot);
@@ -245,11 +257,10 @@ void *os_place_growable(size_t size, size_t align, enum os_prot prot)
     }
     os_unmap(p, size);
     uintptr_t down = ALIGN_DOWN((uintptr_t)p, align);
-    for (int i = 1; i <= PLACE_PROBES && down >= (uintptr_t)i * align; i++)
-        if ((p = map((void *)(down - (uintptr_t)i * align), size, prot))) {
-            errno = saved;
-            return p;
-        }
+    if ((p = probe_below(down, size, align, prot))) {
+        errno = saved;
+        return p;
+    }
     /* The slots below are taken (regions stack there): a gap with a slot of
      * room after the block, found by asking for that much. */
     if (size + 2 * align > size && (p = map_as(NULL, size + 2 * align, OS_NONE, true))) {
