@@ -280,9 +280,8 @@ static bool give_back(struct sk_thread *t, bool *drained)
 {
     if (*drained)
         return false;
-    *drained = true;
     lock_release(&zone.lock);
-    bool any = pcp_give_back(t);
+    bool any = pcp_give_back(t, drained);
     lock_acquire(&zone.lock);
     return any;
 }

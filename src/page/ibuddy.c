@@ -645,11 +645,8 @@ SK_NOINLINE static struct page_desc *ibuddy_alloc_slow(struct sk_thread *t, unsi
             lock_release(&spaces[si].lock);
         }
         counted = true;
-        if (order > 0 && !drained) {
-            drained = true;           /* the thread's lazy frames first (pcp_give_back) */
-            if (pcp_give_back(t))
-                continue;
-        }
+        if (order > 0 && pcp_give_back(t, &drained))   /* the thread's lazy frames first */
+            continue;
         if (!grow(si, order, 0))
             return NULL;
     }
@@ -725,11 +722,8 @@ static struct page_desc *ibuddy_alloc_run(struct sk_thread *t, size_t npages)
             }
             lock_release(&s->lock);
         }
-        if (!drained) {
-            drained = true;           /* the thread's lazy frames first (pcp_give_back) */
-            if (pcp_give_back(t))
-                continue;
-        }
+        if (pcp_give_back(t, &drained))   /* the thread's lazy frames first */
+            continue;
         if (!grow(si, order, n))
             return NULL;
     }

@@ -90,10 +90,14 @@ void pcp_over_high(struct sk_thread *t)
  * it reclaims for a high-order request).  mallocbench classcycle, each size
  * class's slabs built while the frames the earlier classes' one-page slabs
  * left sat on the list: peak RSS 9.0 -> 7.2 MiB.  Only on growth, so the
- * lists' O(1) paths are untouched.  True if any frame went back (the caller
- * searches again before it grows). */
-bool pcp_give_back(struct sk_thread *t)
+ * lists' O(1) paths are untouched.  Once per request (*done says it
+ * happened); true if any frame went back (the caller searches again before
+ * it grows). */
+bool pcp_give_back(struct sk_thread *t, bool *done)
 {
+    if (*done)
+        return false;
+    *done = true;
     if (t->state != THREAD_LIVE || !t->pcp_count)
         return false;
     pcp_drain(t, t->pcp_count);
