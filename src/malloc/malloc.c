@@ -9,7 +9,7 @@
  * whose objects are aligned enough or asks the page layer for an aligned block.
  * realloc resizes page blocks in place (page_resize_exact) and huge blocks
  * with mremap (huge_resize) when it can, and moves a buffer it grows past
- * REALLOC_PAGES to a page block early, so it can grow in place from there.
+ * REALLOC_PAGES (2 KiB) to a page block early, to grow in place from there.
  *
  * Failure: every NULL comes with errno = ENOMEM (EINVAL for bad alignments),
  * after one urgent reap (everything free goes back, the calling thread's own
@@ -142,13 +142,16 @@ size_t malloc_usable(const void *p)
 
 /* A block realloc grows beyond this (and within the generic classes) moves
  * to exact pages rather than to the next class: it then grows in place,
- * and the large classes' multi-page slabs are not touched for a buffer that
- * is on its way through them.  8 KiB: a page block wastes at most a third
- * there (the classes' spacing is 12-25%), and a growing buffer soon uses
- * its last page.  Measured on mallocbench's realloc pattern: peak RSS 3072
- * -> 2896 KiB (4 KiB: 2856, 16 KiB: 2960, glibc 2420). */
+ * and the classes' slabs are not touched for a buffer that is on its way
+ * through them (each class passed kept the written buffer, a page or two of
+ * its slab, resident).  2 KiB: a block just past it wastes up to half its
+ * page, but only a buffer that realloc grew gets one, and a growing buffer
+ * soon uses its last page.  Measured on mallocbench's realloc pattern (peak
+ * RSS, max of 7 runs): 8 KiB 3072 KiB, 4 KiB 2964, 2 KiB 2916, 1 KiB 2868
+ * (glibc 2540); python3, perl, gcc, sqlite3, git and tclsh unchanged at
+ * 2 KiB (bench/real_programs.py, docs/benchmarks-malloc.md). */
 #ifndef REALLOC_PAGES
-#define REALLOC_PAGES (8u << 10)
+#define REALLOC_PAGES (2u << 10)
 #endif
 
 /* Where a block must move (a generic class outgrown, a page block whose

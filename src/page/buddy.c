@@ -273,15 +273,30 @@ static bool buddy_extend(struct region_hdr *r, uint32_t end)
 
 static void buddy_init(void) {}
 
+/* Before growing for a block, the thread's lazy frames go back once
+ * (pcp_give_back), the zone lock dropped around it (their free takes it);
+ * true if the caller should search again. */
+static bool give_back(struct sk_thread *t, bool *drained)
+{
+    if (*drained)
+        return false;
+    lock_release(&zone.lock);
+    bool any = pcp_give_back(t, drained);
+    lock_acquire(&zone.lock);
+    return any;
+}
+
 static struct page_desc *buddy_alloc(struct sk_thread *t, unsigned order)
 {
     lock_acquire(&zone.lock);
     struct page_desc *d;
-    bool counted = false;
+    bool counted = false, drained = false;
     while (!(d = rmqueue(order))) {
         if (order > 0 && !counted && zone.nr_free >= ((uint64_t)1 << order))
             zone.frag_events++;       /* enough free pages, none contiguous */
         counted = true;
+        if (order > 0 && give_back(t, &drained))
+            continue;
         if (!grow(order, 0)) {
             lock_release(&zone.lock);
             return NULL;
@@ -403,6 +418,7 @@ static struct page_desc *buddy_alloc_run(struct sk_thread *t, size_t npages)
 {
     uint32_t n = (uint32_t)npages;
     unsigned order = order_for_pages(n);
+    bool drained = false;
     lock_acquire(&zone.lock);
     for (;;) {
         for (unsigned o = order >= 2 ? order - 2 : 0; o <= MAX_ORDER; o++) {
@@ -421,6 +437,8 @@ static struct page_desc *buddy_alloc_run(struct sk_thread *t, size_t npages)
                 return d;
             }
         }
+        if (give_back(t, &drained))
+            continue;
         if (!grow(order, n)) {
             lock_release(&zone.lock);
             return NULL;

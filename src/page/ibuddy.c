@@ -619,7 +619,7 @@ static uint64_t total_free(void)
 SK_NOINLINE static struct page_desc *ibuddy_alloc_slow(struct sk_thread *t, unsigned order)
 {
     unsigned si = home_space(t);
-    bool counted = false;
+    bool counted = false, drained = false;
     for (;;) {
         for (unsigned j = 0; j < nspaces; j++) {
             unsigned k = si + j < nspaces ? si + j : si + j - nspaces;   /* no division */
@@ -645,6 +645,8 @@ SK_NOINLINE static struct page_desc *ibuddy_alloc_slow(struct sk_thread *t, unsi
             lock_release(&spaces[si].lock);
         }
         counted = true;
+        if (order > 0 && pcp_give_back(t, &drained))   /* the thread's lazy frames first */
+            continue;
         if (!grow(si, order, 0))
             return NULL;
     }
@@ -691,6 +693,7 @@ static struct page_desc *ibuddy_alloc_run(struct sk_thread *t, size_t npages)
 {
     uint32_t n = (uint32_t)npages;
     unsigned order = order_for_pages(n), si = home_space(t);
+    bool drained = false;
     for (;;) {
         for (unsigned j = 0; j < nspaces; j++) {
             unsigned k = si + j < nspaces ? si + j : si + j - nspaces;
@@ -719,6 +722,8 @@ static struct page_desc *ibuddy_alloc_run(struct sk_thread *t, size_t npages)
             }
             lock_release(&s->lock);
         }
+        if (pcp_give_back(t, &drained))   /* the thread's lazy frames first */
+            continue;
         if (!grow(si, order, n))
             return NULL;
     }

@@ -201,6 +201,7 @@ SK_INLINE void page_clear_tails(struct page_desc *head, size_t from, size_t to)
 bool pcp_refill(struct sk_thread *t);
 void pcp_drain(struct sk_thread *t, unsigned n);
 void pcp_over_high(struct sk_thread *t);
+bool pcp_give_back(struct sk_thread *t, bool *done);
 /* The page layer's thread hooks (core/layer.h): t's lazy list back at its
  * exit; the high mark shared out among n live threads. */
 void page_thread_exit(struct sk_thread *t);

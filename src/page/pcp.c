@@ -82,6 +82,28 @@ void pcp_over_high(struct sk_thread *t)
         pcp_drain(t, t->pcp_count - high < PCP_BATCH ? PCP_BATCH : t->pcp_count - high);
 }
 
+/* A back end about to grow for a block of two frames or more (no back-end
+ * lock held) first takes the calling thread's lazy frames back: single
+ * frames parked there can complete an aligned run among the free ones, and
+ * growing instead faults in memory the program never used while up to
+ * pcp_high frames it did use sit idle (Linux drains the per-CPU lists before
+ * it reclaims for a high-order request).  mallocbench classcycle, each size
+ * class's slabs built while the frames the earlier classes' one-page slabs
+ * left sat on the list: peak RSS 9.0 -> 7.2 MiB.  Only on growth, so the
+ * lists' O(1) paths are untouched.  Once per request (*done says it
+ * happened); true if any frame went back (the caller searches again before
+ * it grows). */
+bool pcp_give_back(struct sk_thread *t, bool *done)
+{
+    if (*done)
+        return false;
+    *done = true;
+    if (t->state != THREAD_LIVE || !t->pcp_count)
+        return false;
+    pcp_drain(t, t->pcp_count);
+    return true;
+}
+
 void page_thread_exit(struct sk_thread *t)
 {
     if (t->pcp_head)

@@ -11,6 +11,8 @@
  *     and shrink with contents intact, usable size >= asked, the live
  *     huge bytes (mallinfo2 hblkhd) equal to the usable size, free works;
  *   - a page block outgrowing 4 MiB becomes a huge block, contents intact;
+ *   - a buffer grown past 2 KiB moves to exact pages, not to the next class
+ *     (a block malloc'ed at that size stays in its class);
  *   - a buffer grown by 64-byte steps to 6 MiB keeps its contents and moves
  *     at most a few times once it is a page block (the old power-of-two
  *     headroom moved it at 64 KiB, 128 KiB, ... 4 MiB);
@@ -162,6 +164,30 @@ static void test_steps(void)
     printf("64-byte steps to 6 MiB: %d moves past 64 KiB\n", moves);
 }
 
+/* A buffer realloc grows past 2 KiB moves to exact pages (REALLOC_PAGES),
+ * where it grows in place, rather than to the next size class: a buffer
+ * growing by small steps otherwise left one written buffer in each class
+ * it passed (mallocbench realloc: peak RSS 3076 -> 2916 KiB).  A block
+ * malloc'ed at that size stays in its class. */
+static void test_early_pages(void)
+{
+    unsigned char *p = opaque_malloc(1000);
+    REQUIRE(p != NULL);
+    fill(p, 0, 1000, 7);
+    unsigned char *q = opaque_realloc(p, 2100);
+    REQUIRE(q != NULL);
+    CHECK(malloc_usable_size(q) == 4096, "a buffer grown to 2100 bytes has %zu usable, not its page's 4096",
+          malloc_usable_size(q));
+    CHECK(damaged(q, 1000, 7) < 0, "contents lost moving to a page block");
+    unsigned char *r = opaque_realloc(q, 7000);
+    CHECK(r != NULL && malloc_usable_size(r) == 8192, "grown to 7000 bytes: %zu usable, not 8192",
+          r ? malloc_usable_size(r) : 0);
+    free(r);
+    unsigned char *m = opaque_malloc(2100);
+    CHECK(malloc_usable_size(m) < 4096, "malloc(2100) has %zu usable: a page, not its class", malloc_usable_size(m));
+    free(m);
+}
+
 static int thread_bad;
 
 static void *thread_main(void *arg)
@@ -242,6 +268,7 @@ int main(int argc, char **argv)
     require_slabkit();
     test_steps();                   /* first: its bound on moves assumes a fresh heap */
     test_page_block();
+    test_early_pages();
     test_huge();
     test_threads();
     test_debug("/proc/self/exe");

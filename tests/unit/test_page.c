@@ -6,7 +6,8 @@
  * live counts; coalescing back to the largest blocks without growing; iBuddy
  * frames never split/merge; multi-page rounds reuse their frames (footprint),
  * and so do buffers grown in place among single pages;
- * a constructed fragmentation event; free blocks per order equal to the
+ * a constructed fragmentation event; frames on the lazy list complete a
+ * block before the layer grows; free blocks per order equal to the
  * maximal aligned runs of the frames freed; bad frees
  * reported and aborted in children; exhaustion under RLIMIT_AS; the coarse
  * clock read from the vDSO directly, agreeing with libc's; a thread that
@@ -419,6 +420,51 @@ static int cmp_uptr(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A block the frames on the thread's lazy list would complete is built from
+ * them, not from new memory (pcp_give_back): with every other free frame
+ * taken, 16 frames of an aligned run go back (onto the lazy list), and a
+ * block of 16 (page_alloc_exact) and then a run of 5 (page_alloc_run) must
+ * be those frames, with the layer not grown. */
+static void test_lazy_give_back(void)
+{
+    enum { ORDER = 4, RUN = 1 << ORDER };
+    struct slabkit_page_stats s;
+    uint64_t n;
+    char **pages = take_all_free(&n, &s);
+    qsort(pages, n, sizeof *pages, cmp_uptr);
+    uint64_t at = n;
+    for (uint64_t i = 0; i + RUN <= n && at == n; i++)
+        if (!((uintptr_t)pages[i] & ((PAGE_SIZE << ORDER) - 1)) && pages[i + RUN - 1] == pages[i] + (RUN - 1) * PAGE_SIZE)
+            at = i;
+    REQUIRE(at < n, "no aligned run of %d free frames among %llu", RUN, (unsigned long long)n);
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < RUN; k++)
+            kmem_pages_free(pages[at + k], 0);
+        struct slabkit_page_stats t = stats();
+        CHECK(t.pages_lazy >= RUN && t.pages_free == 0, "%llu lazy and %llu free pages, expected %d lazy, 0 free",
+              (unsigned long long)t.pages_lazy, (unsigned long long)t.pages_free, RUN);
+        size_t want = round ? 5 : RUN;
+        char *p = round ? page_alloc_run(want, KM_NOSLEEP) : page_alloc_exact(want, KM_NOSLEEP);
+        struct slabkit_page_stats u = stats();
+        CHECK(p >= pages[at] && p + want * PAGE_SIZE <= pages[at] + RUN * PAGE_SIZE,
+              "a %zu-page %s at %p, not from the lazy list's run at %p", want, round ? "run" : "block",
+              (void *)p, (void *)pages[at]);
+        CHECK(u.pages_held == t.pages_held, "the layer grew from %llu to %llu pages for %zu pages it had on the lazy list",
+              (unsigned long long)t.pages_held, (unsigned long long)u.pages_held, want);
+        page_free_exact(p, want);
+        page_reap();
+        for (int k = 0; k < RUN; k++) {      /* the run taken again, for the next round */
+            pages[at + k] = kmem_pages_alloc(0, KM_NOSLEEP);
+            REQUIRE(pages[at + k] != NULL);
+        }
+        qsort(pages + at, RUN, sizeof *pages, cmp_uptr);
+    }
+    for (uint64_t i = 0; i < n; i++)
+        kmem_pages_free(pages[i], 0);
+    free(pages);
+    page_reap();
+}
+
 /* The pages a footprint test was handed, each counted once. */
 static uintptr_t *seen;
 static size_t nseen, seen_cap;
@@ -763,6 +809,7 @@ int main(void)
     test_bad_input();
     test_exhaustion();
     test_fragmentation_event();
+    test_lazy_give_back();
     test_free_per_order();
     return test_done();
 }
