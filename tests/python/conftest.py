@@ -42,6 +42,14 @@ def lib(build):
     return so
 
 
+def compile_program(directory, name, source):
+    """The C program source, compiled with cc -O2 into directory/name; its path."""
+    src, exe = directory / f"{name}.c", directory / name
+    src.write_text(source)
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+    return str(exe)
+
+
 def callgrind_instructions(cmd, env):
     """Instructions cmd executes under callgrind (exact, not a timing)."""
     out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + cmd,

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from conftest import callgrind_instructions, clean_env
+from conftest import callgrind_instructions, clean_env, compile_program
 
 pytestmark = pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 
@@ -61,11 +61,7 @@ def per_iteration(cmd, env, extra=()):
 
 @pytest.fixture(scope="module")
 def malloc_loop(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fastpath")
-    src, exe = d / "loop.c", d / "loop"
-    src.write_text(MALLOC_LOOP)
-    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
-    return str(exe)
+    return compile_program(tmp_path_factory.mktemp("fastpath"), "loop", MALLOC_LOOP)
 
 
 def test_glibc_is_measured_too(malloc_loop):

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import clean_env
+from conftest import clean_env, compile_program
 
 pytestmark = pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 
@@ -40,11 +40,7 @@ int main(void) {
 
 @pytest.fixture(scope="module")
 def huge_blocks(tmp_path_factory):
-    d = tmp_path_factory.mktemp("valgrind")
-    src, exe = d / "huge.c", d / "huge"
-    src.write_text(HUGE_BLOCKS)
-    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
-    return str(exe)
+    return compile_program(tmp_path_factory.mktemp("valgrind"), "huge", HUGE_BLOCKS)
 
 
 @pytest.mark.parametrize("pages", ["buddy", "ibuddy"])
