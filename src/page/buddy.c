@@ -93,10 +93,11 @@ SK_INLINE void make_free(struct page_desc *d, unsigned order, uint32_t flags, ui
  * Smallest-fit took the pieces of whatever block was split last, often
  * frames never touched at the newest end of the region, before free frames
  * in memory lower down; buffers that realloc grows in place then grew into
- * frames never touched too: espresso touched 1,600 distinct frames for a peak of 570 in use (7.4
- * MiB peak against 3.8) once the order of its page requests shifted (malloc's
- * generic caches without bufctls), and a test of buffers grown by doubling
- * among single pages touched 2.5x its peak (1.3x now, as on the iBuddy).
+ * frames never touched too: espresso touched 1,600 distinct frames for a
+ * peak of 570 in use (7.4 MiB peak against 3.8) once the order of its page
+ * requests shifted (malloc's generic caches without bufctls), and a test of
+ * buffers grown by doubling among single pages touched 2.5x its peak (1.3x
+ * now, as on the iBuddy).
  * Zone lock held. */
 static struct page_desc *take_block(unsigned order)
 {
