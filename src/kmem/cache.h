@@ -113,6 +113,12 @@ struct design_ops {
      * for a design's own timed work (SLAB's working-set reap). */
     void (*tick)(uint64_t now);
 
+    /* Optional: free obj (of cp, checked as free checks it) where the caller
+     * knows its class will not want it back soon (malloc's realloc moved the
+     * buffer to a larger block): past the thread's cache, to its slab.  NULL:
+     * free_owned.  Never called under the debug layer. */
+    void (*free_uncached)(struct kmem_cache *cp, void *obj);
+
     /* Optional (SLOB): a design-specific kmalloc, used instead of the generic
      * caches when non-NULL; kfree and ksize get the pointers on the design's
      * own pages (page_kind below). */
