@@ -216,6 +216,42 @@ static long class_cycle(const void *arg)
     return ops;
 }
 
+/* An interpreter's strings: 1000 buffers appended to in turn (0..24 bytes a
+ * step, random), each grown by realloc to a quarter more than it needs (perl's
+ * and CPython's over-allocation), until they average 2.4 KB; then freed.  A
+ * buffer realloc moves leaves its old block in a class that all the others
+ * are about to leave too: an allocator whose freed blocks serve only their
+ * own class holds the sum of every class's peak (perl -e '$h{$_ % 997} .=
+ * ...' peaked at 1.5x glibc's RSS this way). */
+static long string_growth(const void *arg)
+{
+    enum { N = 1000, STEPS = 200 };
+    static char *buf[N];
+    static size_t len[N], cap[N];
+    uint64_t s = 11;
+    long ops = 0;
+    for (long r = 0; r < iters(10); r++) {
+        for (int k = 0; k < STEPS; k++)
+            for (int i = 0; i < N; i++) {
+                size_t add = (size_t)(bench_rnd(&s) % 25);
+                if (len[i] + add > cap[i]) {
+                    cap[i] = len[i] + add + (len[i] + add) / 4 + 16;
+                    buf[i] = do_realloc(buf[i], cap[i]);
+                    ops++;
+                }
+                memset(buf[i] + len[i], 'a' + k % 26, add);
+                len[i] += add;
+            }
+        for (int i = 0; i < N; i++) {
+            do_free(buf[i]);
+            buf[i] = NULL;
+            len[i] = cap[i] = 0;
+            ops++;
+        }
+    }
+    return ops;
+}
+
 static long large_mix(const void *arg)
 {
     enum { LIVE = 64 };
@@ -391,6 +427,7 @@ static const struct pattern patterns[] = {
     { "prodcons", prodcons, NULL, NULL, OTHER, THREADED, "2 threads: one mallocs 16-512 B, the other frees (every free remote)" },
     { "sqlite3", replay, "sqlite3", replay_prepare, SMALL, 0, "sqlite3's calls on bench/malloc/traces/sqlite3.sql, replayed (4 passes)" },
     { "realloc", realloc_growth, NULL, NULL, OTHER, 0, "a buffer grown by 64 B steps to 1 MiB, 200 times" },
+    { "strings", string_growth, NULL, NULL, OTHER, 0, "1000 strings appended to in turn, grown by realloc with a quarter spare, to 2.4 KB each" },
     { "classcycle", class_cycle, NULL, NULL, OTHER, 0, "1000 blocks of one size then their frees, sizes 16..4096 B by 48 (sh6-like)" },
     { "largemix", large_mix, NULL, NULL, OTHER, 0, "sizes log-uniform 16 B..1 MiB, a random victim among 64 live" },
     { "large5-25M", large_blocks, NULL, NULL, LARGE, 0, "5-25 MiB blocks, 20 live, a random one replaced and zero-filled (malloc-large)" },

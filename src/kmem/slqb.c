@@ -761,13 +761,18 @@ SK_COLD SK_NORETURN static void bad_pointer(struct kmem_cache *cp, void *obj)
 /* Fast path: an object of one of this thread's slabs goes on its LIFO.
  * base is the first byte of obj's slab (its pages' owner anchor), h the
  * thread's hot part. */
-SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slqb_hot *h)
+SK_INLINE void check_start(struct kmem_cache *cp, void *obj, uintptr_t base)
 {
     struct slqb_cache *c = slqb(cp);
     uintptr_t off = (uintptr_t)obj - base;
     uint64_t idx = ((uint64_t)off * c->recip) >> RECIP_SHIFT;
     if (unlikely(HARDENED && (idx * c->bsize != off || idx >= c->objs)))
         bad_pointer(cp, obj);
+}
+
+SK_INLINE void free_fast(struct kmem_cache *cp, void *obj, uintptr_t base, struct slqb_hot *h)
+{
+    check_start(cp, obj, base);
     struct page_desc *s = page_desc_at(base);
     if (likely((struct slqb_list *)SK_LOAD_RACY(&s->priv[SLAB_OWNER]) == h->list)) {   /* invariant b */
         lifo_push(cp, h, obj);
@@ -784,6 +789,25 @@ SK_FASTPATH static void slqb_free(struct kmem_cache *cp, void *obj)
 SK_FASTPATH static void slqb_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
     free_fast(cp, obj, page_owner_anchor(o, obj), cache_cpu_owned(o));
+}
+
+/* design_ops.free_uncached (cache.h): a buffer realloc moved out of its
+ * class goes back to its slab rather than on the LIFO, when the slab is the
+ * thread's own (an emptied slab then goes to the page layer); any other
+ * takes the ordinary free's route. */
+static void slqb_free_uncached(struct kmem_cache *cp, void *obj)
+{
+    struct page_desc *s = slab_of(obj);
+    struct slqb_list *l = cache_cpu(cp);
+    if (!l || slab_owner(s) != l) {
+        slqb_free(cp, obj);
+        return;
+    }
+    check_start(cp, obj, (uintptr_t)page_address(s));
+    l->frees++;
+    struct page_desc *e = slab_put(cp, l, s, obj);
+    if (e)
+        slab_destroy(cp, e);
 }
 
 /* --- kmem_cache_alloc and kmem_cache_free: sheaves for caches with a
@@ -1143,6 +1167,7 @@ const struct design_ops slqb_design = {
     .alloc_hot = slqb_alloc_hot,
     .free = slqb_free,
     .free_owned = slqb_free_owned,
+    .free_uncached = slqb_free_uncached,
     .reap = slqb_reap,
     .thread_exit = slqb_thread_exit,
     .stats = slqb_stats,

@@ -265,12 +265,14 @@ static size_t discard_slab(struct kmem_cache *cp, struct slub_cache *sc, struct 
 
 /* --- The node partial list (caller holds sc->lock) -------------------------- */
 
-/* An empty slab goes back to the page layer beyond min_partial, unless its
- * objects are constructed (kept for the timed return).  Read racily by
- * deactivate_slab before it takes the lock, as Linux does. */
-SK_INLINE bool discard_empty(const struct slub_cache *sc)
+/* An empty slab goes back to the page layer when the node keeps `keep`
+ * partial slabs besides (min_partial; 0 for a free whose class will not
+ * want it back: slub_free_uncached), unless its objects are constructed
+ * (kept for the timed return).  Read racily by deactivate_slab before it
+ * takes the lock, as Linux does. */
+SK_INLINE bool discard_empty(const struct slub_cache *sc, unsigned keep)
 {
-    return !sc->constructed && __atomic_load_n(&sc->nr_partial, __ATOMIC_RELAXED) >= sc->min_partial;
+    return !sc->constructed && __atomic_load_n(&sc->nr_partial, __ATOMIC_RELAXED) >= keep;
 }
 
 /* The node list gained an empty slab, or lost one. */
@@ -381,9 +383,10 @@ SK_INLINE uint64_t merge_word(struct kmem_cache *cp, struct slub_cache *sc, uint
 }
 
 /* Unfreeze a list of cpu partial slabs onto the node list, each with its
- * owner's local frees merged back; empty ones beyond min_partial go back to
- * the page layer (Linux unfreeze_partials). */
-static void unfreeze_partials(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *list)
+ * owner's local frees merged back; empty ones beyond `keep` go back to the
+ * page layer (Linux unfreeze_partials). */
+static void unfreeze_partials(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *list,
+                              unsigned keep)
 {
     struct page_desc *discard = NULL;
     lock_acquire(&sc->lock);
@@ -401,7 +404,7 @@ static void unfreeze_partials(struct kmem_cache *cp, struct slub_cache *sc, stru
             new = merge_word(cp, sc, old, local, tail, count);
         } while (!w_cas(s, &old, new));
         s->nlocal = 0;
-        if (w_inuse(new) == 0 && discard_empty(sc)) {
+        if (w_inuse(new) == 0 && discard_empty(sc, keep)) {
             s->next = discard;
             discard = d;
         } else if (w_ptr(new)) {
@@ -422,8 +425,10 @@ static void unfreeze_partials(struct kmem_cache *cp, struct slub_cache *sc, stru
 
 /* Give the active slab back: merge the thread's private list into the shared
  * one and unfreeze in one CAS (remote frees may race), then put the slab
- * where its new state says (Linux deactivate_slab). */
-static void deactivate_slab(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *d, void *freelist)
+ * where its new state says, empty beyond `keep` to the page layer (Linux
+ * deactivate_slab). */
+static void deactivate_slab(struct kmem_cache *cp, struct slub_cache *sc, struct page_desc *d, void *freelist,
+                            unsigned keep)
 {
     struct slub_slab *s = slab_of(d);
     unsigned count;
@@ -433,7 +438,7 @@ static void deactivate_slab(struct kmem_cache *cp, struct slub_cache *sc, struct
     uint64_t old = w_load(s), new;
     for (;;) {
         new = merge_word(cp, sc, old, freelist, tail, count);
-        if (w_inuse(new) == 0 && discard_empty(sc)) {
+        if (w_inuse(new) == 0 && discard_empty(sc, keep)) {
             mode = M_FREE;
         } else if (w_ptr(new)) {
             mode = M_PARTIAL;
@@ -462,10 +467,10 @@ static void cpu_flush(struct kmem_cache *cp, struct slub_cache *sc, struct slub_
 {
     struct slub_hot *h = c->hot;
     if (c->slab)
-        deactivate_slab(cp, sc, c->slab, h->freelist);
+        deactivate_slab(cp, sc, c->slab, h->freelist, sc->min_partial);
     c->slab = NULL;
     if (c->partial)
-        unfreeze_partials(cp, sc, c->partial);
+        unfreeze_partials(cp, sc, c->partial, sc->min_partial);
     c->partial = c->partial_tail = NULL;
     c->partial_slabs = 0;
     __atomic_fetch_add(&sc->allocs, h->allocs, __ATOMIC_RELAXED);
@@ -496,7 +501,7 @@ static void put_cpu_partial(struct kmem_cache *cp, struct slub_cache *sc, struct
         struct page_desc *list = c->partial;
         c->partial = c->partial_tail = NULL;
         c->partial_slabs = 0;
-        unfreeze_partials(cp, sc, list);
+        unfreeze_partials(cp, sc, list, sc->min_partial);
     }
     struct slub_slab *s = slab_of(d);
     s->local = NULL;
@@ -506,10 +511,11 @@ static void put_cpu_partial(struct kmem_cache *cp, struct slub_cache *sc, struct
 }
 
 /* A cpu partial slab whose every object is free (on its local and shared
- * lists) goes to the node at once: a thread that only frees (a consumer)
- * would otherwise sit on empty slabs its producer cannot reach. */
+ * lists) goes to the node at once (to the page layer beyond `keep`): a
+ * thread that only frees (a consumer) would otherwise sit on empty slabs its
+ * producer cannot reach. */
 SK_NOINLINE static void unfreeze_empty(struct kmem_cache *cp, struct slub_cache *sc,
-                                       struct slub_cpu *c, struct page_desc *d)
+                                       struct slub_cpu *c, struct page_desc *d, unsigned keep)
 {
     struct page_desc *prev = NULL;
     for (struct page_desc *p = c->partial; p != d; p = slab_of(p)->next) {
@@ -526,7 +532,7 @@ SK_NOINLINE static void unfreeze_empty(struct kmem_cache *cp, struct slub_cache 
         c->partial_tail = prev;
     c->partial_slabs--;
     slab_of(d)->next = NULL;
-    unfreeze_partials(cp, sc, d);
+    unfreeze_partials(cp, sc, d, keep);
 }
 
 SK_INLINE void cpu_set_slab(struct slub_cache *sc, struct slub_cpu *c, struct page_desc *d)
@@ -777,9 +783,10 @@ SK_FASTPATH static void *slub_alloc_hot(struct kmem_cache *cp, void *hot, int fl
  * list by CAS (Linux __slab_free).  A full unfrozen slab is frozen instead
  * and becomes this thread's cpu partial slab, the object the first on its
  * local list; an unfrozen slab that empties goes back to the page layer if
- * the node keeps min_partial others.  c is NULL for an exited thread. */
+ * the node keeps `keep` others (min_partial).  c is NULL for an exited
+ * thread, and for a free that must not freeze (slub_free_uncached). */
 static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c,
-                      struct page_desc *d, void *obj)
+                      struct page_desc *d, void *obj, unsigned keep)
 {
     struct slub_slab *s = slab_of(d);
     bool locked = false, freeze, was_frozen;
@@ -821,7 +828,7 @@ static void slab_free(struct kmem_cache *cp, struct slub_cache *sc, struct slub_
     }
     if (!locked)
         return;                        /* frozen (another thread's), or still partial */
-    if (inuse == 0 && discard_empty(sc)) {
+    if (inuse == 0 && discard_empty(sc, keep)) {
         if (prior)
             remove_partial(sc, d);
         lock_release(&sc->lock);
@@ -880,6 +887,29 @@ bad:
     slub_free_bad(cp, h, obj);
 }
 
+/* obj is the start of an object of its slab d (hardened builds). */
+SK_INLINE void check_object(struct kmem_cache *cp, const struct slub_cache *sc, struct page_desc *d, void *obj)
+{
+    uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(d);
+    if (HARDENED && unlikely(off >= (uintptr_t)slab_of(d)->objects * sc->bufsize ||
+                             !divisible(off, sc->div_m)))
+        report_interior(cp, obj, off);
+}
+
+/* The owner's free into its cpu partial slab d: on the local list, no
+ * atomic; a slab then all free goes to the node (unfreeze_empty). */
+SK_INLINE void free_local(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c,
+                          struct page_desc *d, void *obj, unsigned keep)
+{
+    struct slub_slab *s = slab_of(d);
+    if (HARDENED && unlikely(obj == s->local))
+        report_double_free(cp, obj, "at the head of its slab's local free list");
+    set_fp(cp, obj, sc->fp_off, s->local);
+    s->local = obj;
+    if (unlikely(++s->nlocal == w_inuse(__atomic_load_n(&s->word, __ATOMIC_RELAXED))))
+        unfreeze_empty(cp, sc, c, d, keep);
+}
+
 /* Not the active slab.  A slab this thread froze (its cpu partial list)
  * takes the object on its local list with no atomic: a slab a free has just
  * frozen collects the rest of that thread's frees into it for the price of
@@ -894,30 +924,21 @@ static void free_to(struct kmem_cache *cp, void *cpu, void *obj)
         return;
     }
     struct page_desc *d = page_desc_of(obj)->head;
-    struct slub_slab *s = slab_of(d);
-    uintptr_t off = (uintptr_t)obj - (uintptr_t)page_address(d);
-    if (HARDENED && unlikely(off >= (uintptr_t)s->objects * sc->bufsize ||
-                             !divisible(off, sc->div_m)))
-        report_interior(cp, obj, off);
+    check_object(cp, sc, d, obj);
     if (!c) {
         c = cpu_create(cp);
         if (!c) {
             __atomic_fetch_add(&sc->frees, 1, __ATOMIC_RELAXED);
-            slab_free(cp, sc, NULL, d, obj);
+            slab_free(cp, sc, NULL, d, obj, sc->min_partial);
             return;
         }
     }
     c->frees++;
-    if (owner_of(s) == c) {
-        if (HARDENED && unlikely(obj == s->local))
-            report_double_free(cp, obj, "at the head of its slab's local free list");
-        set_fp(cp, obj, sc->fp_off, s->local);
-        s->local = obj;
-        if (unlikely(++s->nlocal == w_inuse(__atomic_load_n(&s->word, __ATOMIC_RELAXED))))
-            unfreeze_empty(cp, sc, c, d);
+    if (owner_of(slab_of(d)) == c) {
+        free_local(cp, sc, c, d, obj, sc->min_partial);
         return;
     }
-    slab_free(cp, sc, c, d, obj);
+    slab_free(cp, sc, c, d, obj, sc->min_partial);
 }
 
 SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
@@ -934,6 +955,61 @@ SK_FASTPATH static void slub_free(struct kmem_cache *cp, void *obj)
 SK_FASTPATH static void slub_free_owned(struct kmem_cache *cp, void *obj, const struct page_owner *o)
 {
     free_fast(cp, cache_cpu_owned(o), obj);
+}
+
+/* --- A free whose class will not want the object back -------------------------- */
+
+/* Whether every object of the thread's active slab d is free: its private
+ * list (list) holds as many objects as its word counts in use.  The walk
+ * stops one past that count; a remote free racing with it makes the answer
+ * "no", never a wrong "yes" (deactivate_slab decides by its own CAS). */
+static bool active_empty(struct kmem_cache *cp, const struct slub_cache *sc, struct page_desc *d, void *list)
+{
+    unsigned inuse = w_inuse(w_load(slab_of(d))), n = 0;
+    for (void *p = list; p && n <= inuse; p = get_fp(cp, p, sc->fp_off))
+        n++;
+    return n == inuse;
+}
+
+/* design_ops.free_uncached (cache.h): a buffer realloc moved to a larger
+ * block, out of a class that as often as not every such buffer leaves (an
+ * interpreter's strings grown by appends).  Linux SLUB keeps min_partial
+ * (5-10) empty slabs on the node for the class's next allocations and its
+ * cpu slab however empty; so kept, the classes of 256 B-2 KiB held 2.5 MiB
+ * of empty slabs after 1000 strings grew through them to 2.5 KB (strings:
+ * 2.3 MiB).  Here the object goes where the ordinary free puts it, but a
+ * slab it empties goes back to the page layer, the thread's active slab
+ * included (Linux's kmem_cache_shrink rule: min_partial 0), and a full slab
+ * goes to the node list rather than freezing onto this thread's cpu partial
+ * list (Linux with cpu_partial 0): the class will not take it back soon. */
+static void slub_free_uncached(struct kmem_cache *cp, void *obj)
+{
+    struct slub_cache *sc = cache_priv(cp);
+    struct slub_cpu *c = cache_cpu(cp);
+    struct page_desc *d = page_desc_of(obj)->head;
+    if (c && d == c->slab) {
+        struct slub_hot *h = c->hot;
+        free_fast(cp, h, obj);         /* checked and counted as the ordinary free */
+        if (active_empty(cp, sc, d, h->freelist)) {
+            void *list = h->freelist;
+            c->slab = NULL;
+            h->freelist = NULL;
+            h->base = h->span = 0;
+            deactivate_slab(cp, sc, d, list, 0);
+        }
+        return;
+    }
+    check_object(cp, sc, d, obj);
+    if (!c) {
+        __atomic_fetch_add(&sc->frees, 1, __ATOMIC_RELAXED);
+        slab_free(cp, sc, NULL, d, obj, 0);
+        return;
+    }
+    c->frees++;
+    if (owner_of(slab_of(d)) == c)
+        free_local(cp, sc, c, d, obj, 0);
+    else
+        slab_free(cp, sc, NULL, d, obj, 0);   /* NULL: not frozen onto this thread's cpu partial list */
 }
 
 /* --- kmem_cache_alloc and kmem_cache_free: sheaves for caches with a
@@ -1286,6 +1362,7 @@ const struct design_ops slub_design = {
     .alloc_hot = slub_alloc_hot,
     .free = slub_free,
     .free_owned = slub_free_owned,
+    .free_uncached = slub_free_uncached,
     .reap = slub_reap,
     .thread_exit = slub_thread_exit,
     .stats = slub_stats,
