@@ -36,10 +36,10 @@
 struct page_desc;
 struct kmem_cache;
 
-#define THREAD_CPU_INLINE 152    /* per-cache slots held inline: the generic caches and 63 more */
+#define THREAD_CPU_INLINE 144    /* per-cache slots held inline: the generic caches and 63 more */
 #define THREAD_CPU_OVERFLOW THREAD_CPU_INLINE   /* slot of caches with larger ids: hot[] always zero */
 #define CPU_HOT_SIZE 32          /* bytes of a design's fast-path state per cache, inline */
-/* Thread structs are carved from blocks of 2^THREAD_BLOCK_ORDER pages (10
+/* Thread structs are carved from blocks of 2^THREAD_BLOCK_ORDER pages (11
  * structs of about 6 KiB), a bump pointer at a time, and kept for reuse. */
 #define THREAD_BLOCK_ORDER 4
 
