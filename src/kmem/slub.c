@@ -896,12 +896,28 @@ SK_INLINE void check_object(struct kmem_cache *cp, const struct slub_cache *sc, 
         report_interior(cp, obj, off);
 }
 
-/* The owner's free into its cpu partial slab d: on the local list, no
- * atomic; a slab then all free goes to the node (unfreeze_empty). */
-SK_INLINE void free_local(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c,
-                          struct page_desc *d, void *obj, unsigned keep)
+/* obj, on slab d (not the thread's active slab; checked), freed by thread
+ * state c (NULL: none).  A slab c froze (its cpu partial list) takes the
+ * object on its local list with no atomic: a slab a free has just frozen
+ * collects the rest of that thread's frees into it for the price of one
+ * CAS, and one all free goes to the node (unfreeze_empty).  Any other slab:
+ * the shared list, by CAS, freezing a full one onto c's cpu partial list if
+ * `freeze`.  An emptied slab goes to the page layer beyond `keep` partial
+ * ones on the node. */
+static void free_other(struct kmem_cache *cp, struct slub_cache *sc, struct slub_cpu *c,
+                       struct page_desc *d, void *obj, unsigned keep, bool freeze)
 {
+    if (!c) {
+        __atomic_fetch_add(&sc->frees, 1, __ATOMIC_RELAXED);
+        slab_free(cp, sc, NULL, d, obj, keep);
+        return;
+    }
+    c->frees++;
     struct slub_slab *s = slab_of(d);
+    if (owner_of(s) != c) {
+        slab_free(cp, sc, freeze ? c : NULL, d, obj, keep);
+        return;
+    }
     if (HARDENED && unlikely(obj == s->local))
         report_double_free(cp, obj, "at the head of its slab's local free list");
     set_fp(cp, obj, sc->fp_off, s->local);
@@ -910,10 +926,8 @@ SK_INLINE void free_local(struct kmem_cache *cp, struct slub_cache *sc, struct s
         unfreeze_empty(cp, sc, c, d, keep);
 }
 
-/* Not the active slab.  A slab this thread froze (its cpu partial list)
- * takes the object on its local list with no atomic: a slab a free has just
- * frozen collects the rest of that thread's frees into it for the price of
- * one CAS.  Any other slab: the shared list, by CAS. */
+/* Not the active slab (free_other), with the thread's state made if it has
+ * none yet. */
 static void free_to(struct kmem_cache *cp, void *cpu, void *obj)
 {
     struct slub_cache *sc = cache_priv(cp);
@@ -925,20 +939,7 @@ static void free_to(struct kmem_cache *cp, void *cpu, void *obj)
     }
     struct page_desc *d = page_desc_of(obj)->head;
     check_object(cp, sc, d, obj);
-    if (!c) {
-        c = cpu_create(cp);
-        if (!c) {
-            __atomic_fetch_add(&sc->frees, 1, __ATOMIC_RELAXED);
-            slab_free(cp, sc, NULL, d, obj, sc->min_partial);
-            return;
-        }
-    }
-    c->frees++;
-    if (owner_of(slab_of(d)) == c) {
-        free_local(cp, sc, c, d, obj, sc->min_partial);
-        return;
-    }
-    slab_free(cp, sc, c, d, obj, sc->min_partial);
+    free_other(cp, sc, c ? c : cpu_create(cp), d, obj, sc->min_partial, true);
 }
 
 SK_NOINLINE static void slub_free_slow(struct kmem_cache *cp, void *obj)
@@ -1000,16 +1001,7 @@ static void slub_free_uncached(struct kmem_cache *cp, void *obj)
         return;
     }
     check_object(cp, sc, d, obj);
-    if (!c) {
-        __atomic_fetch_add(&sc->frees, 1, __ATOMIC_RELAXED);
-        slab_free(cp, sc, NULL, d, obj, 0);
-        return;
-    }
-    c->frees++;
-    if (owner_of(slab_of(d)) == c)
-        free_local(cp, sc, c, d, obj, 0);
-    else
-        slab_free(cp, sc, NULL, d, obj, 0);   /* NULL: not frozen onto this thread's cpu partial list */
+    free_other(cp, sc, c, d, obj, 0, false);
 }
 
 /* --- kmem_cache_alloc and kmem_cache_free: sheaves for caches with a
