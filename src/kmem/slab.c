@@ -320,6 +320,13 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
 #define DEPOT_ARRAY_BUFSIZE (8 * sizeof(void *))
 #define FREE_SLAB_BYTES ((size_t)128 << 10)
 #define FREE_SLAB_MIN 2
+/* Free slabs a class keeps when a free from realloc empties one
+ * (free_uncached): the class is one every growing buffer is leaving, so
+ * one slab for the next buffer passing through, not FREE_SLAB_BYTES of
+ * them (mallocbench strings 11,412 -> 11,088 KiB, perl's string appends
+ * 10.5 -> 10.0 MiB).  None at all sent the next buffers' slabs to frames
+ * of their own: mallocbench realloc 2,952 -> 3,188 KiB. */
+#define FREE_SLAB_UNCACHED 1
 #define HASH_MIN 64
 
 static struct magazine mag_none;   /* cap 0: a thread's loaded/previous until it has real ones */
@@ -724,7 +731,8 @@ static uint64_t free_slab_limit(const struct slab_cache *sc)
     return n > FREE_SLAB_MIN ? n : FREE_SLAB_MIN;
 }
 
-static void slab_free_batch(struct kmem_cache *cp, struct slab_cache *sc, void **bufs, uint32_t n)
+static void slab_free_batch(struct kmem_cache *cp, struct slab_cache *sc, void **bufs, uint32_t n,
+                            uint64_t keep)
 {
     if (!n)
         return;
@@ -732,7 +740,6 @@ static void slab_free_batch(struct kmem_cache *cp, struct slab_cache *sc, void *
     for (uint32_t i = 0; i < n; i++)
         slab_put(cp, sc, bufs[i]);
     bool rescale = hash_wants_rescale(sc);
-    uint64_t keep = free_slab_limit(sc);
     bool excess = sc->nfree_slabs > keep;
     lock_release(&sc->lock);
     if (unlikely(rescale))
@@ -1129,9 +1136,10 @@ SK_FASTPATH static void *slab_alloc_hot(struct kmem_cache *cp, void *hot, int fl
 /* One buffer straight to its slab, past the magazines: counted as the
  * thread's free when it has a state (as if it passed through a magazine),
  * else as the cache's. */
-static void free_to_slab(struct kmem_cache *cp, struct slab_cache *sc, struct slab_cpu *cpu, void *obj)
+static void free_to_slab(struct kmem_cache *cp, struct slab_cache *sc, struct slab_cpu *cpu, void *obj,
+                         uint64_t keep)
 {
-    slab_free_batch(cp, sc, &obj, 1);
+    slab_free_batch(cp, sc, &obj, 1, keep);
     if (cpu) {
         cpu->frees++;
         cpu->moved_out++;
@@ -1150,7 +1158,7 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
     struct slab_cpu *cpu = cpu_get(cp);
     ws_sample(cpu);
     if (unlikely(!cpu)) {
-        free_to_slab(cp, sc, NULL, obj);
+        free_to_slab(cp, sc, NULL, obj, free_slab_limit(sc));
         return;
     }
     struct slab_hot *h = cpu->hot;
@@ -1219,7 +1227,7 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
         cpu_load(cpu, e);
     }
     /* Out of memory for magazines: straight to the slab. */
-    free_to_slab(cp, sc, cpu, obj);
+    free_to_slab(cp, sc, cpu, obj, free_slab_limit(sc));
 }
 
 /* design_ops.free_uncached: a buffer realloc moved to a larger block.  Its
@@ -1228,13 +1236,14 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
  * pin its slab until the working set's reap, and the classes such buffers
  * pass through would each keep their peak (perl's `$h{$k} .= ...` on 1000
  * keys: 1.5x glibc's peak RSS).  On its slab, a class every buffer leaves
- * empties its slabs, and their pages serve the larger classes. */
+ * empties its slabs, and all but one of them go back, their pages to serve
+ * the larger classes (a constructed cache keeps its objects as ever). */
 static void slab_free_uncached(struct kmem_cache *cp, void *obj)
 {
     struct slab_cache *sc = SC(cp);
     if (HARDENED && not_start(sc, obj))
         report_interior(cp, obj);
-    free_to_slab(cp, sc, cpu_get(cp), obj);
+    free_to_slab(cp, sc, cpu_get(cp), obj, sc->constructed ? free_slab_limit(sc) : FREE_SLAB_UNCACHED);
 }
 
 /* All frees a thread's state has counted. */
@@ -1483,7 +1492,7 @@ static int slab_cache_init(struct kmem_cache *cp)
 static void mag_drain(struct kmem_cache *cp, struct slab_cache *sc, struct magazine *m)
 {
     if (m->cap && m->rounds) {
-        slab_free_batch(cp, sc, m->round, m->rounds);
+        slab_free_batch(cp, sc, m->round, m->rounds, free_slab_limit(sc));
         m->rounds = 0;
     }
 }

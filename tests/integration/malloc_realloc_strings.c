@@ -12,8 +12,9 @@
  *     slab (free_uncached): cached, the classes kept 4.5 MiB (SLQB 6.8) of
  *     the strings' old blocks, nearly twice the 2.3 MiB of strings (each
  *     class its own peak), and perl peaked at 1.5x glibc's RSS (SLQB 2.3x).
- *     What SLAB holds now (1.4 MiB) is the free slabs each class keeps
- *     (FREE_SLAB_BYTES); SLQB holds none.  SLUB gives back every slab such
+ *     SLAB keeps one free slab in such a class (FREE_SLAB_UNCACHED,
+ *     826 KiB in all): with the FREE_SLAB_BYTES it keeps otherwise, it
+ *     held 1.4 MiB.  SLQB holds none.  SLUB gives back every slab such
  *     a free empties, its active slab included: kept (min_partial empty
  *     slabs on the node, the emptied cpu slab), they held 2.5 MiB. */
 #include <dlfcn.h>
@@ -85,8 +86,9 @@ static void test_strings(void)
            (unsigned long long)(live >> 10), (unsigned long long)(left >> 10));
     /* SLUB: its emptied cpu slabs alone would be 455 KiB (live / 5). */
     bool slub = design && strcmp(design, "slub") == 0;
-    if (!design || strcmp(design, "slab") == 0 || slub || strcmp(design, "slqb") == 0)
-        CHECK(left <= (slub ? live / 8 : live * 2 / 3),
+    bool slab = !design || strcmp(design, "slab") == 0;
+    if (slab || slub || strcmp(design, "slqb") == 0)
+        CHECK(left <= (slub ? live / 8 : slab ? live * 2 / 5 : live * 2 / 3),
               "the classes the strings grew out of hold %llu KiB free (strings: %llu KiB)",
               (unsigned long long)(left >> 10), (unsigned long long)(live >> 10));
     for (unsigned i = 0; i < N; i++)
