@@ -1,28 +1,32 @@
 /* slob.c — SLOB, the "simple list of blocks" allocator of Linux 2.6.14–6.3
  * (Matt Mackall, mm/slob.c), for small systems: no real caches at all.
  *
- * Data structure.  Pages of 4 KiB shared by every size and every cache, cut
- * into blocks of 2-byte units (Linux: sizeof(slob_t) == 2, 16-bit units while
- * PAGE_SIZE < 64 KiB).  A page's free blocks form an address-ordered list
- * threaded through the free memory itself: a free block of one unit stores
- * -offset_of_next; a larger one stores its size and the offset of the next
- * block in its first two units (offsets in units from the page start; the last
- * block's next is PAGE_UNITS).  Allocation is first-fit inside a page (split
- * before the aligned start and after the end); free inserts in address order
+ * Data structure.  Pages shared by every size and every cache, cut into
+ * blocks of 2-byte units (Linux: sizeof(slob_t) == 2, 16-bit units while
+ * PAGE_SIZE < 64 KiB): one 4 KiB frame for the small and medium lists, 4
+ * frames for the large list (slob.h, SLOB_LARGE_ORDER).  A page's free
+ * blocks form an address-ordered list threaded through the free memory
+ * itself: a free block of one unit stores -offset_of_next; a larger one
+ * stores its size and the offset of the next block in its first two units
+ * (offsets in units from the page start; the last block's next is the page's
+ * size in units).  Allocation is first-fit inside a page (split before the
+ * aligned start and after the end); free inserts in address order
  * and merges with both neighbours.  Partially free pages sit on three lists by
  * request size (Linux SLOB_BREAK1/2: < 256 B, < 1 KiB, the rest); the search
  * across a list is next-fit: after a success the list head rotates so the next
  * search starts at that page (Knuth vol. 1, 2.5).  Full pages are on no list;
  * a page whose last block comes back goes straight to the page layer.
- * Per-page state lives in page_desc.priv (struct slob_page), as Linux kept it
- * in struct page; pages are PAGE_SLOB with cache == NULL.
+ * Per-page state lives in the head frame's page_desc.priv (struct slob_page),
+ * as Linux kept it in struct page; every frame of a page is PAGE_SLOB with
+ * cache == NULL and head pointing to the head frame.
  *
  * kmalloc: an 8-byte header (size, and a check word keyed by a random secret
  * and the address) right before the object; the object is aligned to
  * max(8, align, size if a power of two) (Linux >= 5.4 natural alignment) by
  * aligning the block at offset 8 (slob_page_alloc's align_offset), so the
  * header never needs to be bigger than 8 bytes.  Requests that do not fit a
- * fresh page go to the page layer (cache_large_alloc, PAGE_LARGE).
+ * fresh page (on the large list: half of one), and whole numbers of frames,
+ * go to the page layer (cache_large_alloc, PAGE_LARGE; slob_kmalloc_fits).
  *
  * Caches are only simulated: kmem_cache_alloc is slob_alloc(cp->size) with no
  * header (the cache knows the size), objects >= PAGE_SIZE take whole pages
@@ -59,7 +63,9 @@ typedef int16_t slobidx_t;             /* Linux: s16 while PAGE_SIZE <= 64 KiB *
 
 #define SLOB_UNIT   2                  /* Linux: sizeof(slob_t) */
 #define SLOB_UNITS(bytes) (((bytes) + SLOB_UNIT - 1) / SLOB_UNIT)
-#define PAGE_UNITS  ((int)(PAGE_SIZE / SLOB_UNIT))       /* 2048 */
+#define SMALL_UNITS ((int)(PAGE_SIZE / SLOB_UNIT))             /* 2048: small and medium lists' pages */
+#define LARGE_UNITS ((int)(SLOB_LARGE_PAGE / SLOB_UNIT))        /* 8192: the large list's */
+_Static_assert(LARGE_UNITS <= 32767, "offsets fit slobidx_t");
 #define SLOB_BREAK1 256                /* Linux mm/slob.c: small list below this */
 #define SLOB_BREAK2 1024               /* medium list below this, large above */
 #define SLOB_HDR    8                  /* Linux minalign = max(ARCH_KMALLOC_MINALIGN, ARCH_SLAB_MINALIGN) */
@@ -71,7 +77,8 @@ struct slob_link { struct slob_link *next, *prev; };
 struct slob_page {
     struct slob_link link;             /* on one of the three lists while partially free */
     int32_t units;                     /* free units in the page */
-    int32_t free;                      /* offset of the first free block; PAGE_UNITS: none */
+    int32_t free;                      /* offset of the first free block; end: none */
+    int32_t end;                       /* the page's size in units (SMALL_UNITS or LARGE_UNITS) */
     uint32_t on_list;                  /* Linux PageSlobFree */
     /* Not in Linux: the smallest request (units, log2 alignment) known to
      * fail here since the last free into the page.  A page whose free units
@@ -116,6 +123,12 @@ SK_INLINE bool slob_tick_locked(void)
 /* --- Helpers over one page's blocks (Linux set_slob/slob_units/slob_next) - */
 
 SK_INLINE struct slob_page *sp_of(struct page_desc *d) { return (struct slob_page *)d->priv; }
+
+/* The head frame of the SLOB page holding p, whose descriptor keeps the
+ * page's state (p's own frame must say PAGE_SLOB). */
+SK_INLINE struct page_desc *slob_head(const void *p) { return page_desc_of(p)->head; }
+
+SK_INLINE unsigned slob_order(const struct slob_page *sp) { return sp->end == LARGE_UNITS ? SLOB_LARGE_ORDER : 0; }
 
 SK_INLINE struct page_desc *desc_of_sp(struct slob_page *sp)
 {
@@ -214,18 +227,20 @@ static int slob_page_alloc(struct slob_page *sp, slobidx_t *base, int units, siz
                 list_del_sp(sp);              /* full pages are on no list */
             return cur;
         }
-        if (slob_next(base, cur) == PAGE_UNITS)
+        if (slob_next(base, cur) == sp->end)
             return -1;
         prev = cur;
         cur = slob_next(base, cur);
     }
 }
 
-/* Can a fresh page hold `bytes` placed so that start + align_off is aligned? */
+/* Can a fresh page of the list for `bytes` hold them placed so that start +
+ * align_off is aligned? */
 SK_INLINE bool slob_fits_page(size_t bytes, size_t align, size_t align_off)
 {
+    size_t page = bytes < SLOB_BREAK2 ? PAGE_SIZE : SLOB_LARGE_PAGE;
     size_t start = align > SLOB_UNIT ? ALIGN_UP(align_off, align) - align_off : 0;
-    return align <= PAGE_SIZE && start + bytes <= PAGE_SIZE;
+    return align <= page && start + bytes <= page;
 }
 
 /* Pages one allocation examines before it takes a new page.  Measured with
@@ -274,17 +289,23 @@ static void *slob_alloc(size_t size, size_t align, size_t align_off, int flags)
     lock_release(&slob_lock);
 
     /* No room: a new page, taken with the lock dropped (as Linux does). */
-    slobidx_t *base = page_alloc(0, flags);
+    unsigned order = head == &slob_lists[2] ? SLOB_LARGE_ORDER : 0;
+    slobidx_t *base = page_alloc(order, flags);
     if (unlikely(!base))
         return NULL;
     struct page_desc *d = page_desc_of(base);
     struct slob_page *sp = sp_of(d);
     d->cache = NULL;
+    d->head = d;
+    for (size_t i = 1; i < ((size_t)1 << order); i++) {   /* a pointer into any frame reaches SLOB */
+        d[i].head = d;
+        d[i].kind = PAGE_SLOB;
+    }
     memset(sp, 0, sizeof *sp);
     sp->fail_units = UINT16_MAX;
-    sp->units = PAGE_UNITS;
+    sp->end = sp->units = order ? LARGE_UNITS : SMALL_UNITS;
     sp->free = 0;
-    set_slob(base, 0, PAGE_UNITS, PAGE_UNITS);
+    set_slob(base, 0, sp->end, sp->end);
     lock_acquire(&slob_lock);
     d->kind = PAGE_SLOB;
     gstats.pages++;
@@ -314,35 +335,38 @@ SK_COLD SK_NORETURN static void slob_bad(const char *problem, const void *obj, s
  * what the caller was given (for reports). */
 static void slob_free(void *block, size_t bytes, const void *obj, struct kmem_cache *cp)
 {
-    struct page_desc *d = page_desc_of(block);
-    struct slob_page *sp = sp_of(d);
-    slobidx_t *base = page_address(d);
-    int b = (int)(((uintptr_t)block & (PAGE_SIZE - 1)) / SLOB_UNIT);
+    struct page_desc *frame = page_desc_of(block);
     int units = (int)SLOB_UNITS(bytes);
     bool release = false;
 
     lock_acquire(&slob_lock);
-    if (unlikely(d->kind != PAGE_SLOB))
-        slob_bad("double free or invalid pointer", obj, cp, "the page is no longer a SLOB page", b, units, 0, 0);
-    if (unlikely(b + units > PAGE_UNITS))
+    if (unlikely(frame->kind != PAGE_SLOB))
+        slob_bad("double free or invalid pointer", obj, cp, "the page is no longer a SLOB page",
+                 (int)(((uintptr_t)block & (PAGE_SIZE - 1)) / SLOB_UNIT), units, 0, 0);
+    struct page_desc *d = frame->head;
+    struct slob_page *sp = sp_of(d);
+    slobidx_t *base = page_address(d);
+    int b = (int)((slobidx_t *)block - base);
+    const int end = sp->end;
+    if (unlikely(b + units > end))
         slob_bad("free: invalid pointer", obj, cp, "the block would run past the end of its page",
                  b, units, 0, 0);
 
     if (!sp->on_list) {
         /* A full page becomes partially free (or empty at once). */
-        if (units == PAGE_UNITS) {
+        if (units == end) {
             release = true;
         } else {
             sp->units = units;
             sp->fail_units = UINT16_MAX;
             sp->free = b;
-            set_slob(base, b, units, PAGE_UNITS);
+            set_slob(base, b, units, end);
             list_add_sp(sp, slob_list_for(bytes));
         }
     } else {
         /* Find prev < b < next among the free blocks, checking b is not in one. */
         int prev = -1, next = sp->free;
-        while (next != PAGE_UNITS && next <= b) {
+        while (next != end && next <= b) {
             int nu = slob_units(base, next);
             if (b < next + nu)
                 slob_bad("double free", obj, cp, "the block already lies inside a free block of its page",
@@ -353,16 +377,16 @@ static void slob_free(void *block, size_t bytes, const void *obj, struct kmem_ca
         if (unlikely(b + units > next))
             slob_bad("free: invalid pointer", obj, cp,
                      "the block overlaps free memory (not the start of an allocated block, or the wrong size)",
-                     b, units, next, next < PAGE_UNITS ? slob_units(base, next) : 0);
+                     b, units, next, next < end ? slob_units(base, next) : 0);
 
-        if (sp->units + units == PAGE_UNITS) {
+        if (sp->units + units == end) {
             list_del_sp(sp);                  /* the whole page is free: back to the page layer */
             release = true;
         } else {
             sp->units += units;
             sp->fail_units = UINT16_MAX;      /* room has grown: forget past failures */
             int u = units;
-            if (next != PAGE_UNITS && b + units == next) {      /* merge with the next block */
+            if (next != end && b + units == next) {             /* merge with the next block */
                 u += slob_units(base, next);
                 set_slob(base, b, u, slob_next(base, next));
             } else {
@@ -377,13 +401,16 @@ static void slob_free(void *block, size_t bytes, const void *obj, struct kmem_ca
             }
         }
     }
+    unsigned order = slob_order(sp);
     if (release) {
+        for (size_t i = 1; i < ((size_t)1 << order); i++)
+            d[i].kind = PAGE_TAIL;                /* as page_alloc left them */
         d->kind = PAGE_USED;
         gstats.pages--;
     }
     lock_release(&slob_lock);
     if (release)
-        page_free(base, 0);
+        page_free(base, order);
 }
 
 /* --- kmalloc ------------------------------------------------------------- */
@@ -392,6 +419,21 @@ SK_INLINE uint32_t slob_check(const void *p, size_t size)
 {
     uint64_t x = ((uintptr_t)p ^ slob_secret) * 0x9e3779b97f4a7c15ull;
     return (uint32_t)(x >> 32) ^ (uint32_t)size;
+}
+
+/* Whether kmalloc serves size (aligned) from SLOB pages rather than from the
+ * page layer: Linux's rule, a block that fits a page with its header, but
+ * with the large list's pages (SLOB_LARGE_PAGE) only up to half of one,
+ * and never a whole number of frames: those take their frames exactly,
+ * where the header would cost them another (the page-cache pages of
+ * designbench's fileio, 4 KiB-aligned, went two to a 16 KiB page), and a
+ * block of more than half a page would leave its page's rest to smaller
+ * blocks that may never come (designbench's 4-64 KiB transfer buffers). */
+SK_INLINE bool slob_kmalloc_fits(size_t size, size_t align)
+{
+    if (size >= PAGE_SIZE && (size & (PAGE_SIZE - 1)) == 0)
+        return false;
+    return size < SLOB_LARGE_PAGE / 2 && slob_fits_page(size + SLOB_HDR, align, SLOB_HDR);
 }
 
 static void *slob_kmalloc(size_t size, size_t align, int flags)
@@ -404,7 +446,7 @@ static void *slob_kmalloc(size_t size, size_t align, int flags)
         align = size;                    /* natural alignment of power-of-two sizes (Linux >= 5.4), up
                                           * to the page layer's blocks: a huge mapping would give it
                                           * up in address space (8 MiB cost 16) */
-    if (size >= PAGE_SIZE - SLOB_HDR || !slob_fits_page(size + SLOB_HDR, align, SLOB_HDR))
+    if (!slob_kmalloc_fits(size, align))
         return cache_large_alloc(size, align, flags);
     char *m = slob_alloc(size + SLOB_HDR, align, SLOB_HDR, flags);
     if (unlikely(!m))
@@ -420,15 +462,21 @@ static void *slob_kmalloc(size_t size, size_t align, int flags)
     return p;
 }
 
-/* The header of a kmalloc block at p, or NULL if it is not intact. */
+/* The header of a kmalloc block at p (on a SLOB page), or NULL if it is not
+ * intact. */
 SK_INLINE struct slob_hdr *slob_hdr_of(const void *p)
 {
-    if (unlikely(((uintptr_t)p & 7) != 0 || ((uintptr_t)p & (PAGE_SIZE - 1)) < SLOB_HDR))
+    if (unlikely(((uintptr_t)p & 7) != 0))
+        return NULL;
+    struct page_desc *d = slob_head(p);
+    size_t off = (size_t)((const char *)p - (const char *)page_address(d));
+    size_t page = (size_t)sp_of(d)->end * SLOB_UNIT;
+    if (unlikely(off < SLOB_HDR || off >= page))
         return NULL;
     struct slob_hdr *h = (struct slob_hdr *)((char *)p - SLOB_HDR);
-    if (unlikely(h->size == 0 || h->size >= PAGE_SIZE - SLOB_HDR || h->check != slob_check(p, h->size)))
+    if (unlikely(h->size == 0 || h->size >= page - SLOB_HDR || h->check != slob_check(p, h->size)))
         return NULL;
-    if (unlikely(((uintptr_t)p & (PAGE_SIZE - 1)) + h->size > PAGE_SIZE))
+    if (unlikely(off + h->size > page))
         return NULL;
     return h;
 }
@@ -437,14 +485,18 @@ SK_INLINE struct slob_hdr *slob_hdr_of(const void *p)
  * wild pointer once the header check failed.) */
 SK_COLD static bool slob_in_free_block(const void *addr)
 {
-    struct page_desc *d = page_desc_of(addr);
-    slobidx_t *base = page_address(d);
-    int b = (int)(((uintptr_t)addr & (PAGE_SIZE - 1)) / SLOB_UNIT);
     bool found = false;
     lock_acquire(&slob_lock);
+    if (page_desc_of(addr)->kind != PAGE_SLOB) {
+        lock_release(&slob_lock);
+        return false;
+    }
+    struct page_desc *d = slob_head(addr);
+    slobidx_t *base = page_address(d);
+    int b = (int)((const slobidx_t *)addr - base);
     struct slob_page *sp = sp_of(d);
-    if (d->kind == PAGE_SLOB && sp->on_list)
-        for (int f = sp->free; f != PAGE_UNITS && f <= b; f = slob_next(base, f))
+    if (sp->on_list)
+        for (int f = sp->free; f != sp->end && f <= b; f = slob_next(base, f))
             if (b < f + slob_units(base, f)) {
                 found = true;
                 break;
@@ -607,9 +659,10 @@ static void slob_cache_stats(struct kmem_cache *cp, struct slabkit_cache_stats *
         out->pages_per_slab = sc->npages;
         out->active_slabs = out->num_slabs = allocs - frees;
     } else {
+        unsigned order = cp->size < SLOB_BREAK2 ? 0 : SLOB_LARGE_ORDER;
         out->buffer_size = ALIGN_UP(cp->size, SLOB_UNIT);
-        out->objs_per_slab = PAGE_SIZE / out->buffer_size;
-        out->pages_per_slab = 1;
+        out->objs_per_slab = (PAGE_SIZE << order) / out->buffer_size;
+        out->pages_per_slab = (size_t)1 << order;
     }
 }
 

@@ -16,6 +16,13 @@ static bool on_page(const void *a, const void *b)
     return ((uintptr_t)a & PAGE_MASK) == ((uintptr_t)b & PAGE_MASK);
 }
 
+/* On the same page of the large list (SLOB_LARGE_PAGE: 4 frames). */
+#define LARGE_MASK (~(SLOB_LARGE_PAGE - 1))
+static bool on_large_page(const void *a, const void *b)
+{
+    return ((uintptr_t)a & LARGE_MASK) == ((uintptr_t)b & LARGE_MASK);
+}
+
 static uint64_t slob_pages(void)
 {
     struct slob_stats s;
@@ -222,10 +229,16 @@ static void test_kmalloc_align(void)
         cache_kfree(live[i]);
     CHECK(slob_pages() == 0, "every page back after random-order frees (%lu)", (unsigned long)slob_pages());
 
-    /* Sizes that do not fit a page with the header go to the page layer. */
-    void *big = kmem_alloc(PAGE_SIZE - 4, KM_SLEEP);
-    CHECK(page_desc_of(big)->kind == PAGE_LARGE && ((uintptr_t)big & ~PAGE_MASK) == 0, "page_desc_of(big)->kind == PAGE_LARGE && ((uintptr_t)big & ~PAGE_MASK) == 0");
-    kmem_free(big, PAGE_SIZE - 4);
+    /* Past half a large-list page, and whole numbers of frames, go to the
+     * page layer. */
+    static const size_t to_pages[] = { SLOB_LARGE_PAGE / 2, SLOB_LARGE_PAGE - 4, PAGE_SIZE, 3 * PAGE_SIZE };
+    for (size_t i = 0; i < ARRAY_SIZE(to_pages); i++) {
+        void *big = kmem_alloc(to_pages[i], KM_SLEEP);
+        CHECK(page_desc_of(big)->kind == PAGE_LARGE && ((uintptr_t)big & ~PAGE_MASK) == 0,
+              "kmem_alloc(%zu): a page-layer block (kind %u)", to_pages[i], page_desc_of(big)->kind);
+        kmem_free(big, to_pages[i]);
+    }
+    CHECK(slob_pages() == 0, "no SLOB page for them (%lu)", (unsigned long)slob_pages());
     void *z = kmem_zalloc(0, KM_SLEEP);
     CHECK(z != NULL && cache_ksize(z) >= 1, "kmem_alloc(0) gives a unique block");
     kmem_free(z, 0);
@@ -234,20 +247,63 @@ static void test_kmalloc_align(void)
 /* Objects of a page or more take whole pages, typed PAGE_SLAB for the cache. */
 static void test_big_objects(void)
 {
-    kmem_cache_t *cp = kmem_cache_create("tbig", 9000, 64, NULL, NULL);
+    enum { BIG = 9000 };
+    kmem_cache_t *cp = kmem_cache_create("tbig", BIG, 64, NULL, NULL);
     REQUIRE(cp, "cp");
     char *a = kmem_cache_alloc(cp, KM_SLEEP), *b = kmem_cache_alloc(cp, KM_SLEEP);
     CHECK(((uintptr_t)a & ~PAGE_MASK) == 0 && ((uintptr_t)b & ~PAGE_MASK) == 0, "((uintptr_t)a & ~PAGE_MASK) == 0 && ((uintptr_t)b & ~PAGE_MASK) == 0");
     struct page_desc *d = page_desc_of(a);
     CHECK(d->kind == PAGE_SLAB && d->cache == cp, "d->kind == PAGE_SLAB && d->cache == cp");
-    CHECK(page_desc_of(a + 8999)->kind == PAGE_SLAB && page_desc_of(a + 8999)->cache == cp, "tails typed too");
-    CHECK(cache_ksize(a) == 9000, "cache_ksize(a) == 9000");
-    memset(a, 1, 9000);
-    memset(b, 2, 9000);
+    CHECK(page_desc_of(a + BIG - 1)->kind == PAGE_SLAB && page_desc_of(a + BIG - 1)->cache == cp, "tails typed too");
+    CHECK(cache_ksize(a) == BIG, "cache_ksize(a) == %zu", cache_ksize(a));
+    memset(a, 1, BIG);
+    memset(b, 2, BIG);
     kmem_cache_free(cp, a);
-    CHECK(b[8999] == 2, "b[8999] == 2");
+    CHECK(b[BIG - 1] == 2, "b[BIG - 1] == 2");
     kmem_cache_free(cp, b);
     kmem_cache_destroy(cp);
+}
+
+/* The large list's pages span SLOB_LARGE_PAGE (4 frames): blocks of a frame
+ * or more share one (three of sqlite3's 4,368-byte page-cache entries, not
+ * two frames each), and a block that starts in a later frame of the page is
+ * sized, freed and given back through that frame.  A 1 KiB block's page
+ * holds fifteen of them, not three to a frame. */
+static void test_large_pages(void)
+{
+    enum { N = 3, SIZE = 4368 };
+    char *b[N];
+    for (int i = 0; i < N; i++) {
+        b[i] = kmem_alloc(SIZE, KM_SLEEP);
+        REQUIRE(b[i], "b[%d]", i);
+        memset(b[i], 'a' + i, SIZE);
+    }
+    CHECK(on_large_page(b[0], b[1]) && on_large_page(b[0], b[2]), "three %d-byte blocks share one page", SIZE);
+    CHECK(slob_pages() == 1, "one SLOB page held (%lu)", (unsigned long)slob_pages());
+    char *last = b[N - 1];
+    CHECK(((uintptr_t)last & ~LARGE_MASK) >= 2 * PAGE_SIZE, "the third block starts past the page's first two frames");
+    CHECK(page_desc_of(last)->kind == PAGE_SLOB, "its frame says PAGE_SLOB (kind %u)", page_desc_of(last)->kind);
+    CHECK(cache_ksize(last) == SIZE, "ksize of the block in a later frame: %zu", cache_ksize(last));
+    for (int i = 0; i < N; i++) {
+        bool ok = true;
+        for (size_t j = 0; j < SIZE; j++)
+            ok &= b[i][j] == 'a' + i;
+        CHECK(ok, "block %d intact", i);
+    }
+    for (int i = N - 1; i >= 0; i--)
+        kmem_free(b[i], SIZE);
+    CHECK(slob_pages() == 0, "the page went back (%lu)", (unsigned long)slob_pages());
+    CHECK(page_desc_of(last)->kind != PAGE_SLOB, "the later frame is no SLOB page any more (kind %u)",
+          page_desc_of(last)->kind);
+
+    enum { K = 15, KSIZE = 1032 };
+    void *k[K];
+    for (int i = 0; i < K; i++)
+        k[i] = kmem_alloc(KSIZE, KM_SLEEP);
+    CHECK(slob_pages() == 1, "%d blocks of %d bytes on one page (%lu pages)", K, KSIZE, (unsigned long)slob_pages());
+    for (int i = 0; i < K; i++)
+        kmem_free(k[i], KSIZE);
+    CHECK(slob_pages() == 0, "and back (%lu)", (unsigned long)slob_pages());
 }
 
 /* slabinfo numbers are exact: allocs, frees, active. */
@@ -287,6 +343,18 @@ static void bug_kfree_double(void *arg)
     (void)b;
     cache_kfree(a);
     cache_kfree(a);
+}
+
+/* A double free of a block in a later frame of a large-list page is caught too. */
+static void bug_kfree_double_later_frame(void *arg)
+{
+    void *keep = kmem_alloc(4368, KM_SLEEP);
+    REQUIRE(kmem_alloc(4368, KM_SLEEP) && kmem_alloc(4000, KM_SLEEP), "two more blocks");
+    void *p = kmem_alloc(1500, KM_SLEEP);          /* the same (large) list as keep */
+    REQUIRE(on_large_page(keep, p) && ((uintptr_t)p & ~LARGE_MASK) >= 3 * PAGE_SIZE,
+            "p in the last frame of keep's page (at %p, keep at %p)", p, keep);
+    cache_kfree(p);
+    cache_kfree(p);
 }
 
 static void bug_kfree_interior(void *arg)
@@ -374,9 +442,11 @@ int main(void)
     test_ctor_dtor();
     test_kmalloc_align();
     test_big_objects();
+    test_large_pages();
     test_stats();
     expect_abort(bug_cache_double_free, "cache double free", "double free");
     expect_abort(bug_kfree_double, "kfree double free", "double free");
+    expect_abort(bug_kfree_double_later_frame, "kfree double free in a later frame", "double free");
     expect_abort(bug_kfree_interior, "kfree interior pointer", "invalid pointer");
     expect_abort(bug_cache_misaligned, "misaligned cache free", "invalid pointer");
     expect_abort(bug_cache_overlap, "free with the wrong size", "overlaps free memory");
