@@ -318,6 +318,7 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
 #define DEPOT_FULL_MIN 4
 #define DEPOT_ARRAY_MIN ((uint64_t)32 << 10)   /* depot_full_past_peak */
 #define DEPOT_ARRAY_BUFSIZE (8 * sizeof(void *))
+#define DEPOT_PEAK_ROUNDS 1024                 /* depot_full_past_peak, larger buffers */
 #define FREE_SLAB_BYTES ((size_t)128 << 10)
 #define FREE_SLAB_MIN 2
 #define HASH_MIN 64
@@ -814,9 +815,13 @@ static size_t mag_bytes(uint32_t cap) { return sizeof(struct magazine) + cap * s
 SK_RACY_READS static bool depot_full_past_peak(const struct slab_cache *sc)
 {
     const struct maglist *l = &sc->depot.full;
-    return l->budgeted && sc->bufsize <= DEPOT_ARRAY_BUFSIZE &&
-           (uint64_t)l->total * mag_bytes(mag_rounds(&sc->depot)) >= DEPOT_ARRAY_MIN &&
-           2 * (l->bytes / sc->bufsize) >= __atomic_load_n(&sc->inuse, __ATOMIC_RELAXED);
+    if (!l->budgeted)
+        return false;
+    uint64_t rounds = l->bytes / sc->bufsize;
+    if (sc->bufsize <= DEPOT_ARRAY_BUFSIZE ? (uint64_t)l->total * mag_bytes(mag_rounds(&sc->depot)) < DEPOT_ARRAY_MIN
+                                           : rounds < DEPOT_PEAK_ROUNDS)
+        return false;
+    return 2 * rounds >= __atomic_load_n(&sc->inuse, __ATOMIC_RELAXED);
 }
 
 static struct magazine *mag_new(uint32_t cap)
@@ -1174,7 +1179,15 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
         depot_lock(cp, sc);
         bool past_peak = p->cap && depot_full_past_peak(sc);
         if (past_peak || (p->cap && depot_full_enough(sc))) {
+            /* Past its peak, the depot shrinks too: a magazine of its own
+             * goes to the slabs with previous's rounds (see
+             * depot_full_past_peak). */
+            struct magazine *old = past_peak ? maglist_pop(&sc->depot.full) : NULL;
             depot_unlock(sc);
+            if (old) {
+                mag_drain(cp, sc, old);
+                mag_delete(old);
+            }
             /* The depots are over budget: idle caches give theirs back
              * first; if this one still has plenty (or is past its peak),
              * previous's rounds go to their slabs and it comes back as the
