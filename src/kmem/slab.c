@@ -82,7 +82,9 @@
  *    (FREE_SLAB_BYTES); beyond them a free goes to the slabs, and the slabs
  *    to the page layer, at once.  A cache keeps full magazines only until
  *    they hold half of its buffers (depot_full_past_peak; past 32 KiB of
- *    arrays for buffers of 64 bytes or less, 1024 rounds for larger ones),
+ *    arrays for buffers of 64 bytes or less; for larger ones, enough
+ *    rounds to pin 4 MiB of slabs, and room in its used slabs for 4x the
+ *    buffers out of them, i.e. the buffers cached are scattered),
  *    and past that point each magazine a free would push drains one of the
  *    depot's with it: a burst freed at once then goes back to its slabs,
  *    and the depot does not keep buffers scattered over the slabs they
@@ -321,7 +323,7 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
 #define DEPOT_FULL_MIN 4
 #define DEPOT_ARRAY_MIN ((uint64_t)32 << 10)   /* depot_full_past_peak */
 #define DEPOT_ARRAY_BUFSIZE (8 * sizeof(void *))
-#define DEPOT_PEAK_ROUNDS 1024                 /* depot_full_past_peak, larger buffers: */
+#define DEPOT_PEAK_PIN ((uint64_t)4 << 20)    /* depot_full_past_peak, larger buffers: slabs rounds may pin */
 #define DEPOT_SCATTER 4                        /* ... their slabs' room / the buffers out of them */
 #define FREE_SLAB_BYTES ((size_t)128 << 10)
 #define FREE_SLAB_MIN 2
@@ -807,8 +809,11 @@ static size_t mag_bytes(uint32_t cap) { return sizeof(struct magazine) + cap * s
 /* True when a cache's full magazines in the depot hold at least half of
  * its buffers out of the slabs, and either their arrays cost at least an
  * eighth of the buffers they hold (buffers of 64 bytes or less: a round is
- * 8 bytes) and DEPOT_ARRAY_MIN in all, or (larger buffers) they hold
- * DEPOT_PEAK_ROUNDS: the cache is past its peak, and a free that would push
+ * 8 bytes) and DEPOT_ARRAY_MIN in all, or (larger buffers) they could
+ * pin DEPOT_PEAK_PIN of slabs, one slab a round, and the slabs in use have
+ * room for DEPOT_SCATTER times the buffers out of them (scattered: a mass
+ * free in address order keeps its magazines, test_slab's mass-free tests):
+ * the cache is past its peak, and a free that would push
  * one more magazine drains it into the slabs instead, with one of the
  * depot's own (depot lock held; never for constructed objects).  The
  * buffers a depot keeps after a burst are scattered over the slabs and pin
@@ -832,7 +837,7 @@ SK_RACY_READS static bool depot_full_past_peak(const struct slab_cache *sc)
     if (sc->bufsize <= DEPOT_ARRAY_BUFSIZE)
         return (uint64_t)l->total * mag_bytes(mag_rounds(&sc->depot)) >= DEPOT_ARRAY_MIN && 2 * rounds >= inuse;
     uint64_t used_slabs = __atomic_load_n(&sc->nslabs, __ATOMIC_RELAXED) - __atomic_load_n(&sc->nfree_slabs, __ATOMIC_RELAXED);
-    return rounds >= DEPOT_PEAK_ROUNDS && 2 * rounds >= inuse && used_slabs * sc->nobjs >= DEPOT_SCATTER * inuse;
+    return rounds * slab_bytes(sc) >= DEPOT_PEAK_PIN && 2 * rounds >= inuse && used_slabs * sc->nobjs >= DEPOT_SCATTER * inuse;
 }
 
 static struct magazine *mag_new(uint32_t cap)
