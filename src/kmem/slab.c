@@ -820,7 +820,7 @@ static size_t mag_bytes(uint32_t cap) { return sizeof(struct magazine) + cap * s
  * them: redis after FLUSHALL (600,000 keys freed in hash order, then ~1
  * call a second) kept 4 MiB of 16, 32 and 128-byte buffers in magazines
  * and 126 MiB of slabs resident for good, while the rule covered only the
- * small buffers and drained only the magazine pushed (45 MiB now;
+ * small buffers and drained only the magazine pushed (29 MiB now;
  * tests/integration/malloc_return.c, shuffled mode: 102 -> 21 MiB).  On the slabs the buffers cost no
  * array, and slabs that empty go to other caches: espresso's 16 and 32-byte
  * classes, which peak at different times, kept 600 KiB of magazines and each
