@@ -80,10 +80,15 @@
  *    (DEPOT_FULL_BUDGET: past it the caches idle longest are reaped first,
  *    then a cache keeps DEPOT_FULL_BYTES) and a cache's free slabs
  *    (FREE_SLAB_BYTES); beyond them a free goes to the slabs, and the slabs
- *    to the page layer, at once.  A cache of buffers of 64 bytes or less
- *    keeps full magazines only until they hold half of its buffers
- *    (depot_full_past_peak): their arrays cost an eighth of the buffers or
- *    more, and a burst freed at once then goes back to its slabs.  These
+ *    to the page layer, at once.  A cache keeps full magazines only until
+ *    they hold half of its buffers (depot_full_past_peak; past 32 KiB of
+ *    arrays for buffers of 64 bytes or less; for larger ones, enough
+ *    rounds to pin 4 MiB of slabs, and room in its used slabs for 4x the
+ *    buffers out of them, i.e. the buffers cached are scattered),
+ *    and past that point each magazine a free would push drains one of the
+ *    depot's with it: a burst freed at once then goes back to its slabs,
+ *    and the depot does not keep buffers scattered over the slabs they
+ *    pin.  These
  *    bounds are for the caches without a constructor (the generic caches
  *    behind malloc): a cache WITH one keeps its constructed objects through
  *    any burst -- that is what object
@@ -318,6 +323,8 @@ static const struct { uint32_t rounds; uint32_t minbuf, maxbuf; } mag_types[] = 
 #define DEPOT_FULL_MIN 4
 #define DEPOT_ARRAY_MIN ((uint64_t)32 << 10)   /* depot_full_past_peak */
 #define DEPOT_ARRAY_BUFSIZE (8 * sizeof(void *))
+#define DEPOT_PEAK_PIN ((uint64_t)4 << 20)    /* depot_full_past_peak, larger buffers: slabs rounds may pin */
+#define DEPOT_SCATTER 4                        /* ... their slabs' room / the buffers out of them */
 #define FREE_SLAB_BYTES ((size_t)128 << 10)
 #define FREE_SLAB_MIN 2
 /* Free slabs a class keeps when a free from realloc empties one
@@ -807,11 +814,21 @@ static uint32_t mag_rounds(const struct depot *d) { return mag_types[d->magtype]
 static size_t mag_bytes(uint32_t cap) { return sizeof(struct magazine) + cap * sizeof(void *); }
 
 /* True when a cache's full magazines in the depot hold at least half of
- * its buffers out of the slabs, and their arrays cost at least an eighth of
- * the buffers they hold (buffers of 64 bytes or less: a round is 8 bytes)
- * and DEPOT_ARRAY_MIN in all: the cache is past its peak, and a free that
- * would push one more magazine drains it into the slabs instead (depot lock
- * held; never for constructed objects).  On the slabs the buffers cost no
+ * its buffers out of the slabs, and either their arrays cost at least an
+ * eighth of the buffers they hold (buffers of 64 bytes or less: a round is
+ * 8 bytes) and DEPOT_ARRAY_MIN in all, or (larger buffers) they could
+ * pin DEPOT_PEAK_PIN of slabs, one slab a round, and the slabs in use have
+ * room for DEPOT_SCATTER times the buffers out of them (scattered: a mass
+ * free in address order keeps its magazines, test_slab's mass-free tests):
+ * the cache is past its peak, and a free that would push
+ * one more magazine drains it into the slabs instead, with one of the
+ * depot's own (depot lock held; never for constructed objects).  The
+ * buffers a depot keeps after a burst are scattered over the slabs and pin
+ * them: redis after FLUSHALL (600,000 keys freed in hash order, then ~1
+ * call a second) kept 4 MiB of 16, 32 and 128-byte buffers in magazines
+ * and 126 MiB of slabs resident for good, while the rule covered only the
+ * small buffers and drained only the magazine pushed (29 MiB now;
+ * tests/integration/malloc_return.c, shuffled mode: 102 -> 21 MiB).  On the slabs the buffers cost no
  * array, and slabs that empty go to other caches: espresso's 16 and 32-byte
  * classes, which peak at different times, kept 600 KiB of magazines and each
  * its own slabs.  Larger buffers, and a cache that keeps most of its
@@ -821,9 +838,13 @@ static size_t mag_bytes(uint32_t cap) { return sizeof(struct magazine) + cap * s
 SK_RACY_READS static bool depot_full_past_peak(const struct slab_cache *sc)
 {
     const struct maglist *l = &sc->depot.full;
-    return l->budgeted && sc->bufsize <= DEPOT_ARRAY_BUFSIZE &&
-           (uint64_t)l->total * mag_bytes(mag_rounds(&sc->depot)) >= DEPOT_ARRAY_MIN &&
-           2 * (l->bytes / sc->bufsize) >= __atomic_load_n(&sc->inuse, __ATOMIC_RELAXED);
+    if (!l->budgeted)
+        return false;
+    uint64_t rounds = l->bytes / sc->bufsize, inuse = __atomic_load_n(&sc->inuse, __ATOMIC_RELAXED);
+    if (sc->bufsize <= DEPOT_ARRAY_BUFSIZE)
+        return (uint64_t)l->total * mag_bytes(mag_rounds(&sc->depot)) >= DEPOT_ARRAY_MIN && 2 * rounds >= inuse;
+    uint64_t used_slabs = __atomic_load_n(&sc->nslabs, __ATOMIC_RELAXED) - __atomic_load_n(&sc->nfree_slabs, __ATOMIC_RELAXED);
+    return rounds * slab_bytes(sc) >= DEPOT_PEAK_PIN && 2 * rounds >= inuse && used_slabs * sc->nobjs >= DEPOT_SCATTER * inuse;
 }
 
 static struct magazine *mag_new(uint32_t cap)
@@ -1182,7 +1203,15 @@ SK_NOINLINE static void slab_free_slow(struct kmem_cache *cp, void *obj)
         depot_lock(cp, sc);
         bool past_peak = p->cap && depot_full_past_peak(sc);
         if (past_peak || (p->cap && depot_full_enough(sc))) {
+            /* Past its peak, the depot shrinks too: a magazine of its own
+             * goes to the slabs with previous's rounds (see
+             * depot_full_past_peak). */
+            struct magazine *old = past_peak ? maglist_pop(&sc->depot.full) : NULL;
             depot_unlock(sc);
+            if (old) {
+                mag_drain(cp, sc, old);
+                mag_delete(old);
+            }
             /* The depots are over budget: idle caches give theirs back
              * first; if this one still has plenty (or is past its peak),
              * previous's rounds go to their slabs and it comes back as the
