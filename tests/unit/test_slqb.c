@@ -47,7 +47,7 @@ static unsigned resident_pages(const void *p, size_t n)
 static void test_packed_lazy(const char *prefix)
 {
     enum { N = 4 };
-    static const size_t sizes[N] = { 1056, 4368, 1280, 7280 };
+    static const size_t sizes[N] = { 1056, 4368, 1664, 7280 };
     kmem_cache_t *caches[N];
     char names[N][32], *firsts[N];
     /* Every cache's first object before any slab goes back: fresh frames. */
@@ -102,6 +102,22 @@ static void test_packed_lazy(const char *prefix)
         free(objs);
         kmem_cache_destroy(cp);
     }
+}
+
+/* Only where Bonwick's layout loses more than 1/16: 1,280-byte buffers (6.25%
+ * of 8 KiB) keep their two-page slabs (packed, 51 to 64 KiB, they held
+ * mallocbench strings and classcycle 1-3 MiB higher). */
+static void test_packed_only_lossy(void)
+{
+    kmem_cache_t *cp = kmem_cache_create("slqb-1280", 1280, 8, NULL, NULL);
+    REQUIRE(cp);
+    void *p = kmem_cache_alloc(cp, KM_SLEEP);
+    REQUIRE(p);
+    struct slabkit_cache_stats st = stats_of("slqb-1280");
+    CHECK(st.pages_per_slab == 2 && st.objs_per_slab == 6, "1280-byte buffers: %lu to %lu pages",
+          (unsigned long)st.objs_per_slab, (unsigned long)st.pages_per_slab);
+    kmem_cache_free(cp, p);
+    kmem_cache_destroy(cp);
 }
 
 static uint32_t expect_freebatch(size_t size)
@@ -770,6 +786,7 @@ int main(void)
     setenv("SLABKIT_RETURN_DELAY_MS", "0", 1);   /* read once: the working-set interval is 100 ms */
     REQUIRE(strcmp(slabkit_design(), "slqb") == 0, "design is %s", slabkit_design());
     test_packed_lazy("slqb");         /* first: the page layer's frames are fresh */
+    test_packed_only_lossy();
     test_formulas();
     test_flush_at_hiwater();
     test_remote_batches();

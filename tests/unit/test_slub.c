@@ -45,7 +45,7 @@ static unsigned resident_pages(const void *p, size_t n)
 static void test_packed_lazy(const char *prefix)
 {
     enum { N = 4 };
-    static const size_t sizes[N] = { 1056, 4368, 1280, 7280 };
+    static const size_t sizes[N] = { 1056, 4368, 1664, 7280 };
     kmem_cache_t *caches[N];
     char names[N][32], *firsts[N];
     /* Every cache's first object before any slab goes back: fresh frames. */
