@@ -828,8 +828,9 @@ static size_t mag_bytes(uint32_t cap) { return sizeof(struct magazine) + cap * s
  * call a second) kept 4 MiB of 16, 32 and 128-byte buffers in magazines
  * and 126 MiB of slabs resident for good, while the rule covered only the
  * small buffers and drained only the magazine pushed (29 MiB now;
- * tests/integration/malloc_return.c, shuffled mode: 102 -> 21 MiB).  On the slabs the buffers cost no
- * array, and slabs that empty go to other caches: espresso's 16 and 32-byte
+ * tests/integration/malloc_return.c, shuffled mode: 102 -> 21 MiB).  On
+ * the slabs the buffers cost no array, and slabs that empty go to other
+ * caches: espresso's 16 and 32-byte
  * classes, which peak at different times, kept 600 KiB of magazines and each
  * its own slabs.  Larger buffers, and a cache that keeps most of its
  * buffers in use, keep their depot: rbmap (a third of its 48-byte nodes
